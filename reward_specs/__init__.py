@@ -1,0 +1,1 @@
+"""Reward specifications (see :mod:`searchenv.reward_specs.base` for the contract)."""

@@ -1,0 +1,212 @@
+"""The text protocol: which tags mean *search* and *answer*, how results are shown, and how an action is read.
+
+Search-R1, R1-Searcher and R-Search differ only in tag names, the prompt and a few rules, so each is a
+:class:`Protocol` value, not a subclass. :func:`parse_action` reads the first complete search or answer
+tag of one action and reports what it dropped; :meth:`Protocol.neutralise` defuses tag-like strings in
+text the environment inserts (passages, questions) so that retrieved content can never end an episode or
+forge an answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+from searchenv.types import Passage
+
+__all__ = ["PROTOCOLS", "ParsedAction", "Protocol", "get_protocol", "parse_action"]
+
+ActionKind = Literal["search", "answer", "invalid"]
+
+_SEARCH_R1_PROMPT = (
+    "Answer the question below. Think step by step inside <think> and </think> every time you receive new "
+    "information. Whenever you are missing knowledge, query the search engine by writing <search> your query "
+    "</search>; its top results will be returned between <information> and </information>. You may search "
+    "as many times as you need. Once you know enough, give only the final answer inside <answer> and "
+    "</answer>, with no explanation, for example <answer> Paris </answer>. Question: {question}\n"
+)
+
+_R1_SEARCHER_PROMPT = (
+    "Answer the question below. Reason step by step inside <think> and </think>. When you need facts you do "
+    "not have, write a query as <|begin_of_query|> your query <|end_of_query|>; the retrieved documents "
+    "will be returned between <|begin_of_documents|> and <|end_of_documents|>. You may query several "
+    "times. Give the final answer inside <answer> and </answer> without explanation. Question: {question}\n"
+)
+
+_R_SEARCH_PROMPT = (
+    "Answer the question below. When you need facts you do not have, write <search> your query </search>; "
+    "the results will be returned between <observation> and </observation>. You may search several times. "
+    "Before answering, write the evidence you rely on, distilled from all observations, inside "
+    "<original_evidence> and </original_evidence>, then give only the final answer inside <answer> and "
+    "</answer>. Question: {question}\n"
+)
+
+_SEARCH_R1_HINT = (
+    "\nMy previous action is invalid. To search, I should put the query between <search> and </search>. "
+    "To give the final answer, I should put it between <answer> and </answer>. Let me try again.\n"
+)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Tag names, templates and texts of one search-agent protocol.
+
+    Attributes:
+        name: registry name (``"search-r1"``, ``"r1-searcher"``, ``"r-search"``).
+        search_tags / answer_tags / information_tags: opening and closing tag of the query the model writes,
+            of its final answer, and of the block the environment inserts with retrieved passages.
+        think_tags: the reasoning tag pair, or ``None`` when the protocol does not use one (R-Search).
+        evidence_tags: the tag pair for model-written evidence before the answer (R-Search), else ``None``.
+        prompt_template: the instruction with a ``{question}`` placeholder.
+        invalid_hint: text appended when an action has neither a complete search nor a complete answer.
+        information_prefix / information_suffix: whitespace around the information block (Search-R1's
+            ``"\\n\\n"`` on both sides).
+        passage_template: how one passage is written inside the block; fields ``rank``, ``title``, ``text``.
+    """
+
+    name: str
+    search_tags: tuple[str, str] = ("<search>", "</search>")
+    answer_tags: tuple[str, str] = ("<answer>", "</answer>")
+    information_tags: tuple[str, str] = ("<information>", "</information>")
+    think_tags: tuple[str, str] | None = ("<think>", "</think>")
+    evidence_tags: tuple[str, str] | None = None
+    prompt_template: str = _SEARCH_R1_PROMPT
+    invalid_hint: str = _SEARCH_R1_HINT
+    information_prefix: str = "\n\n"
+    information_suffix: str = "\n\n"
+    passage_template: str = "Doc {rank}(Title: {title}) {text}\n"
+    extra_tags: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if "{question}" not in self.prompt_template:
+            raise ValueError(f"protocol {self.name!r}: prompt_template must contain '{{question}}'")
+        for pair in (self.search_tags, self.answer_tags, self.information_tags):
+            if len(pair) != 2 or not all(pair):
+                raise ValueError(f"protocol {self.name!r}: a tag pair must be two non-empty strings, got {pair!r}")
+
+    # -- what the rollout engine needs -------------------------------------------------------------
+    @property
+    def stop_strings(self) -> list[str]:
+        """Strings at which generation should stop: the end of a query and the end of an answer."""
+        return [self.search_tags[1], self.answer_tags[1]]
+
+    @cached_property
+    def all_tags(self) -> tuple[str, ...]:
+        """Every protocol tag, opening and closing; used to neutralise inserted text."""
+        pairs = [self.search_tags, self.answer_tags, self.information_tags, self.think_tags, self.evidence_tags]
+        tags = [t for pair in pairs if pair for t in pair]
+        return tuple(dict.fromkeys([*tags, *self.extra_tags]))
+
+    def prompt(self, question: str) -> str:
+        return self.prompt_template.format(question=self.neutralise(question))
+
+    # -- inserted text -----------------------------------------------------------------------------
+    @cached_property
+    def _tag_pattern(self) -> re.Pattern[str]:
+        # Case-insensitive, tolerant of spaces inside the brackets: "< / answer >" is defused too.
+        alternatives = []
+        for tag in sorted(self.all_tags, key=len, reverse=True):
+            body = tag[1:-1] if tag.startswith("<") and tag.endswith(">") else tag
+            inner = r"\s*".join(re.escape(ch) for ch in body if not ch.isspace())
+            alternatives.append(r"<\s*" + inner + r"\s*>" if tag.startswith("<") else re.escape(tag))
+        return re.compile("|".join(alternatives), re.IGNORECASE)
+
+    def neutralise(self, text: str) -> str:
+        """Defuse protocol tags inside text the environment inserts.
+
+        ``<answer>`` becomes ``‹answer›`` (single guillemets): a human and a model still read it, but no
+        parser, stop string or reward sees a tag.
+        """
+        return self._tag_pattern.sub(lambda m: "‹" + m.group(0)[1:-1] + "›", text)
+
+    def format_passages(self, passages: Sequence[Passage]) -> str:
+        """The information block for one search, with the surrounding whitespace Search-R1 uses."""
+        body = "".join(
+            self.passage_template.format(rank=i, title=self.neutralise(p.title), text=self.neutralise(p.text))
+            for i, p in enumerate(passages, 1)
+        )
+        open_tag, close_tag = self.information_tags
+        return f"{self.information_prefix}{open_tag}{body}{close_tag}{self.information_suffix}"
+
+
+PROTOCOLS: dict[str, Protocol] = {
+    "search-r1": Protocol(name="search-r1"),
+    "r1-searcher": Protocol(
+        name="r1-searcher",
+        search_tags=("<|begin_of_query|>", "<|end_of_query|>"),
+        information_tags=("<|begin_of_documents|>", "<|end_of_documents|>"),
+        prompt_template=_R1_SEARCHER_PROMPT,
+        invalid_hint=(
+            "\nMy previous action is invalid. To search, I should put the query between <|begin_of_query|> "
+            "and <|end_of_query|>. To answer, I should put the answer between <answer> and </answer>.\n"
+        ),
+    ),
+    "r-search": Protocol(
+        name="r-search",
+        information_tags=("<observation>", "</observation>"),
+        think_tags=None,
+        evidence_tags=("<original_evidence>", "</original_evidence>"),
+        prompt_template=_R_SEARCH_PROMPT,
+        invalid_hint=(
+            "\nMy previous action is invalid. To search, I should put the query between <search> and "
+            "</search>. To answer, I should write my evidence in <original_evidence> and </original_evidence> "
+            "and then the answer between <answer> and </answer>.\n"
+        ),
+    ),
+}
+
+
+def get_protocol(protocol: str | Protocol) -> Protocol:
+    """Resolve a protocol name (or pass a :class:`Protocol` through)."""
+    if isinstance(protocol, Protocol):
+        return protocol
+    try:
+        return PROTOCOLS[protocol]
+    except KeyError:
+        raise ValueError(
+            f"unknown protocol {protocol!r}; choose one of {sorted(PROTOCOLS)} or pass a searchenv.Protocol"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedAction:
+    """What one model action means.
+
+    ``kept`` is the action up to and including the first complete closing tag (the whole text for an
+    invalid action); ``dropped`` is whatever the model wrote after it, which the environment discards.
+    """
+
+    kind: ActionKind
+    content: str | None
+    kept: str
+    dropped: str
+
+
+def parse_action(text: str, protocol: Protocol) -> ParsedAction:
+    """Read the first complete ``search`` or ``answer`` tag pair of an action.
+
+    Scanning is linear: for each kind the first opening tag is found, then the first closing tag after
+    it; the pair that closes first wins. Text after it is dropped. A lone or unclosed tag makes the
+    action invalid.
+    """
+    best: tuple[int, ActionKind, int] | None = None  # (close_end, kind, content_start)
+    for kind, (open_tag, close_tag) in (("search", protocol.search_tags), ("answer", protocol.answer_tags)):
+        start = text.find(open_tag)
+        if start < 0:
+            continue
+        content_start = start + len(open_tag)
+        close = text.find(close_tag, content_start)
+        if close < 0:
+            continue
+        close_end = close + len(close_tag)
+        if best is None or close_end < best[0]:
+            best = (close_end, kind, content_start)  # type: ignore[assignment]
+    if best is None:
+        return ParsedAction("invalid", None, text, "")
+    close_end, kind, content_start = best
+    close_tag = protocol.search_tags[1] if kind == "search" else protocol.answer_tags[1]
+    content = text[content_start : close_end - len(close_tag)].strip()
+    return ParsedAction(kind, content, text[:close_end], text[close_end:])

@@ -1,0 +1,188 @@
+"""The small value types every layer shares: passages, corpora, questions and the retriever contract.
+
+They live in one module so that data flows one way — dataset → episode → protocol → retriever → reward
+spec → adapter — without any of those layers importing another just to name a type.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["Corpus", "Passage", "QAExample", "Retriever", "split_contents"]
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """One retrieved passage.
+
+    ``id`` is the corpus id as a string (wiki-18 ids are numeric strings), ``title`` is the passage title
+    without the quotes wiki-18 keeps around it, ``score`` is the engine's own score (higher is better; 0.0
+    for engines without scores such as ``random``).
+    """
+
+    id: str
+    title: str
+    text: str
+    score: float = 0.0
+
+    @property
+    def contents(self) -> str:
+        """The passage in Search-R1's corpus layout, ``"Title"\\ntext`` (what its HTTP server returns)."""
+        return f'"{self.title}"\n{self.text}'
+
+
+def split_contents(contents: str) -> tuple[str, str]:
+    """Split a corpus ``contents`` field into ``(title, text)``.
+
+    The first line is the title; wiki-18 wraps it in double quotes, FlashRAG's samples do not, so one
+    pair of surrounding quotes is removed when present.
+    """
+    title, _, text = contents.partition("\n")
+    title = title.strip()
+    if len(title) >= 2 and title[0] == title[-1] == '"':
+        title = title[1:-1]
+    return title, text.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class QAExample:
+    """One question with its gold answers, as every dataset loader yields it."""
+
+    id: str
+    question: str
+    golden_answers: tuple[str, ...]
+    data_source: str = "unknown"
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.question, str) or not self.question.strip():
+            raise ValueError(f"QAExample {self.id!r}: the question must be a non-empty string")
+        if isinstance(self.golden_answers, str) or not all(isinstance(a, str) for a in self.golden_answers):
+            raise ValueError(
+                f"QAExample {self.id!r}: golden_answers must be a sequence of strings, got {self.golden_answers!r}"
+            )
+
+
+class Corpus(Sequence[Passage]):
+    """An in-memory passage collection with stable integer positions.
+
+    Retrievers index positions ``0..len-1``; :meth:`passage` turns a position (and a score) back into a
+    :class:`Passage`. Titles and texts are kept in two flat lists, which costs far less memory than a
+    million ``Passage`` objects.
+    """
+
+    __slots__ = ("_checksum", "ids", "source", "texts", "titles")
+
+    def __init__(self, ids: Sequence[str], titles: Sequence[str], texts: Sequence[str], source: str = "<memory>"):
+        if not (len(ids) == len(titles) == len(texts)):
+            raise ValueError(
+                f"Corpus columns differ in length: {len(ids)} ids, {len(titles)} titles, {len(texts)} texts"
+            )
+        self.ids = list(ids)
+        self.titles = list(titles)
+        self.texts = list(texts)
+        self.source = source
+        self._checksum: str | None = None
+
+    @classmethod
+    def from_passages(cls, passages: Iterable[Passage], source: str = "<memory>") -> Corpus:
+        ids, titles, texts = [], [], []
+        for p in passages:
+            ids.append(p.id)
+            titles.append(p.title)
+            texts.append(p.text)
+        return cls(ids, titles, texts, source=source)
+
+    @classmethod
+    def from_jsonl(cls, path: str | os.PathLike[str]) -> Corpus:
+        """Load a FlashRAG / Search-R1 corpus: one ``{"id", "contents"}`` object per line.
+
+        Rows may also carry ``title`` and ``text`` instead of ``contents``. A malformed line raises a
+        ``ValueError`` naming the file and line number rather than being skipped silently.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"corpus file not found: {path} (expected a jsonl of {{'id','contents'}} rows)")
+        ids, titles, texts = [], [], []
+        with path.open(encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    if "contents" in row:
+                        title, text = split_contents(row["contents"])
+                    else:
+                        title, text = str(row["title"]), str(row["text"])
+                    ids.append(str(row["id"]))
+                except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+                    raise ValueError(
+                        f"{path}:{line_no}: not a corpus row ({exc!r}); each line must be a JSON object with "
+                        "'id' and 'contents' (\"Title\\ntext\") or 'id', 'title' and 'text'"
+                    ) from None
+                titles.append(title)
+                texts.append(text)
+        if not ids:
+            raise ValueError(f"corpus file {path} holds no passages")
+        return cls(ids, titles, texts, source=str(path))
+
+    def to_jsonl(self, path: str | os.PathLike[str]) -> None:
+        """Write the corpus in Search-R1's layout (``contents = '"Title"\\ntext'``)."""
+        with Path(path).open("w", encoding="utf-8") as handle:
+            for p in self:
+                handle.write(json.dumps({"id": p.id, "contents": p.contents}, ensure_ascii=False) + "\n")
+
+    def passage(self, position: int, score: float = 0.0) -> Passage:
+        return Passage(self.ids[position], self.titles[position], self.texts[position], float(score))
+
+    def search_text(self, position: int) -> str:
+        """The text a retriever indexes: title and passage, as Search-R1's indexes do."""
+        return f"{self.titles[position]}\n{self.texts[position]}"
+
+    @property
+    def checksum(self) -> str:
+        """A content hash (sha256 over ids, titles and texts) that index directories record."""
+        if self._checksum is None:
+            digest = hashlib.sha256()
+            for i, t, x in zip(self.ids, self.titles, self.texts, strict=True):
+                digest.update(i.encode())
+                digest.update(b"\x00")
+                digest.update(t.encode())
+                digest.update(b"\x00")
+                digest.update(x.encode())
+                digest.update(b"\x01")
+            self._checksum = digest.hexdigest()
+        return self._checksum
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, position: int) -> Passage:  # type: ignore[override]
+        if isinstance(position, slice):
+            raise TypeError("Corpus does not support slicing; use corpus.passage(i) in a loop")
+        return self.passage(position)
+
+    def __iter__(self) -> Iterator[Passage]:
+        for i in range(len(self.ids)):
+            yield self.passage(i)
+
+    def __repr__(self) -> str:
+        return f"Corpus({len(self)} passages from {self.source})"
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Anything that answers a batch of queries with the top-``k`` passages of each, best first.
+
+    One call serves a whole batch so that vectorised environments and trainers pay one round trip (or one
+    matrix product) per step, not one per episode. Implementations must return exactly ``len(queries)``
+    lists, each of at most ``k`` passages.
+    """
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]: ...
