@@ -1,1 +1,34 @@
-"""Reward specifications (see :mod:`searchenv.reward_specs.base` for the contract)."""
+"""Reward specifications: answer metrics, the format check and declarative reward specs.
+
+``load_reward("format", lambda_f=0.4)`` builds a reward; ``Rollout.from_text(response, golds)`` turns a
+text-only trainer's response into what every reward reads. See :mod:`searchenv.reward_specs.spec` for the
+formulas and :mod:`searchenv.reward_specs.base` for the contract. Nothing here imports a heavy library.
+"""
+
+from searchenv.reward_specs.base import RewardResult, RewardSpec, Rollout
+from searchenv.reward_specs.metrics import (
+    answer_in_passages,
+    cover_exact_match,
+    exact_match,
+    f1_score,
+    normalize_answer,
+)
+from searchenv.reward_specs.spec import FORMULAS, METRICS, REWARD_SPECS, load_reward
+from searchenv.reward_specs.wellformed import FormatCheck, check_format
+
+__all__ = [
+    "FORMULAS",
+    "METRICS",
+    "REWARD_SPECS",
+    "FormatCheck",
+    "RewardResult",
+    "RewardSpec",
+    "Rollout",
+    "answer_in_passages",
+    "check_format",
+    "cover_exact_match",
+    "exact_match",
+    "f1_score",
+    "load_reward",
+    "normalize_answer",
+]

@@ -7,11 +7,12 @@ text). Both paths give the same fields, so one spec serves every trainer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol as TypingProtocol, runtime_checkable
 
-from searchenv.protocol import Protocol
+from searchenv.protocol import Protocol, get_protocol
+from searchenv.reward_specs.text import split_response
 
 __all__ = ["RewardResult", "RewardSpec", "Rollout"]
 
@@ -40,6 +41,40 @@ class Rollout:
     num_searches: int
     protocol: Protocol
     extras: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_text(
+        cls,
+        response: str,
+        golden_answers: str | Iterable[str],
+        protocol: str | Protocol = "search-r1",
+        question: str = "",
+        extras: Mapping[str, Any] | None = None,
+    ) -> Rollout:
+        """Build a rollout from a response string, for trainers that only hand the reward text.
+
+        ``response`` is everything after the prompt (model turns and inserted information blocks, in order),
+        as veRL's ``compute_score`` and TRL's reward functions receive it. Information blocks that directly
+        follow a search are taken as inserted and counted as executed searches; any other information block
+        was written by the model and stays model text (see
+        :func:`searchenv.reward_specs.text.split_response`). ``golden_answers`` may be one string or any
+        iterable of them (a list, a tuple, a numpy array from a parquet file).
+        """
+        proto = get_protocol(protocol)
+        if not isinstance(response, str):
+            raise TypeError(f"response must be a str, got {type(response).__name__}; decode token ids first")
+        golds = (golden_answers,) if isinstance(golden_answers, str) else tuple(str(g) for g in golden_answers)
+        split = split_response(response, proto)
+        return cls(
+            question=question,
+            golden_answers=golds,
+            response=response,
+            model_text=split.model_text,
+            retrieved_texts=split.retrieved_texts,
+            num_searches=split.num_searches,
+            protocol=proto,
+            extras=dict(extras or {}),
+        )
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,69 @@
-"""searchenv"""
+"""searchenv: the Gymnasium environment in which LLMs learn, by reinforcement learning, to reason and search.
+
+``import searchenv`` registers ``SearchQA-v0`` and stays light: engines, trainers and models are imported
+only when used. The names below are loaded on first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from searchenv.registration import ENV_ID, register_envs
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Corpus": "searchenv.types",
+    "Passage": "searchenv.types",
+    "QAExample": "searchenv.types",
+    "Retriever": "searchenv.types",
+    "Protocol": "searchenv.protocol",
+    "PROTOCOLS": "searchenv.protocol",
+    "parse_action": "searchenv.protocol",
+    "Episode": "searchenv.episode",
+    "Segment": "searchenv.episode",
+    "SearchQAEnv": "searchenv.env",
+    "StepResult": "searchenv.env",
+    "step_batch": "searchenv.env",
+    "step_batch_async": "searchenv.env",
+    "SearchQAVectorEnv": "searchenv.vector_env",
+    "EpisodeTokens": "searchenv.tokenization",
+    "TokenizedEpisode": "searchenv.tokenization",
+    "encode_prompt": "searchenv.tokenization",
+    "tokenize_episode": "searchenv.tokenization",
+    "load_dataset": "searchenv.data",
+    "make_retriever": "searchenv.retrievers",
+    "load_reward": "searchenv.reward_specs",
+    "generate_world": "searchenv.world",
+}
+
+__all__ = ["ENV_ID", "__version__", *sorted(_EXPORTS)]
+
+if TYPE_CHECKING:
+    from searchenv.data import load_dataset
+    from searchenv.env import SearchQAEnv, StepResult, step_batch, step_batch_async
+    from searchenv.episode import Episode, Segment
+    from searchenv.protocol import PROTOCOLS, Protocol, parse_action
+    from searchenv.retrievers import make_retriever
+    from searchenv.reward_specs import load_reward
+    from searchenv.tokenization import EpisodeTokens, TokenizedEpisode, encode_prompt, tokenize_episode
+    from searchenv.types import Corpus, Passage, QAExample, Retriever
+    from searchenv.vector_env import SearchQAVectorEnv
+    from searchenv.world import generate_world
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'searchenv' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+register_envs()

@@ -131,6 +131,12 @@ class Protocol:
         open_tag, close_tag = self.information_tags
         return f"{self.information_prefix}{open_tag}{body}{close_tag}{self.information_suffix}"
 
+    def format_error(self, message: str) -> str:
+        """The information block shown when a search could not be served (the episode goes on)."""
+        open_tag, close_tag = self.information_tags
+        note = self.neutralise(f"The search failed ({message}). No results.")
+        return f"{self.information_prefix}{open_tag}{note}{close_tag}{self.information_suffix}"
+
 
 PROTOCOLS: dict[str, Protocol] = {
     "search-r1": Protocol(name="search-r1"),

