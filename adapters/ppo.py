@@ -24,10 +24,9 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+from searchenv.adapters.generation import EpisodeResult, HFGenerator, SamplingConfig, rollout
 from torch import nn
 
-from searchenv.adapters.generation import EpisodeResult, HFGenerator, SamplingConfig, rollout
 from searchenv.tokenization import TokenizedEpisode
 
 __all__ = [
@@ -460,12 +459,17 @@ class Trainer:
         return metrics
 
     # -- the loop ---------------------------------------------------------------------------------------
-    def train(self) -> list[dict[str, float]]:
-        """Run ``config.steps`` steps, logging each one; save checkpoints when ``output_dir`` is set."""
+    def train(
+        self, steps: int | None = None, callback: Callable[[dict[str, float]], None] | None = None
+    ) -> list[dict[str, float]]:
+        """Run ``steps`` (default ``config.steps``) steps, logging each; ``callback`` sees every step's metrics.
+
+        Checkpoints go to ``output_dir`` every ``save_every`` steps and at the end, when ``output_dir`` is set.
+        """
         history = []
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(self.config.steps):
+        for _ in range(self.config.steps if steps is None else steps):
             metrics = self.step()
             history.append(metrics)
             line = json.dumps(metrics)
@@ -473,6 +477,8 @@ class Trainer:
             if self.log_path:
                 with self.log_path.open("a") as handle:
                     handle.write(line + "\n")
+            if callback is not None:
+                callback(metrics)
             if self.output_dir and self.config.save_every and self.global_step % self.config.save_every == 0:
                 self.save(self.output_dir / f"step_{self.global_step}")
         if self.output_dir:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 from searchenv.retrievers.encoder import Encoder
+from searchenv.retrievers.index_store import IndexMismatchError
 
 from searchenv.types import Corpus
 
@@ -28,10 +29,6 @@ __all__ = ["IndexMismatchError", "ShardedVectors", "embed_corpus", "encoder_key"
 
 MANIFEST = "manifest.json"
 _FORMAT = 1
-
-
-class IndexMismatchError(ValueError):
-    """An index or vector directory was built for another encoder, corpus or index type."""
 
 
 def encoder_key(description: dict[str, Any]) -> dict[str, Any]:

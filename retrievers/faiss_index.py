@@ -28,7 +28,9 @@ def _faiss() -> Any:
     try:
         import faiss
     except ImportError:
-        raise ImportError("dense retrieval needs faiss: pip install 'searchenv[dense]' (faiss-cpu or faiss-gpu)") from None
+        raise ImportError(
+            "dense retrieval needs faiss: pip install 'searchenv[dense]' (faiss-cpu or faiss-gpu)"
+        ) from None
     return faiss
 
 

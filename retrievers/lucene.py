@@ -170,20 +170,20 @@ class LuceneEngine:
         self.threads = max(1, int(threads))
 
     def search(self, queries: Sequence[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Top-``k`` (positions, scores) per query, one multi-threaded ``batch_search`` call for the batch."""
-        array_list = self._jnius.autoclass("java.util.ArrayList")
-        jqueries, jqids = array_list(), array_list()
-        for i, query in enumerate(queries):
-            jqueries.add(query)
-            jqids.add(str(i))
+        """Top-``k`` (positions, scores) per query: one multi-threaded ``batch_search`` call for a batch."""
         if len(queries) == 1:
-            hits_by_qid = {"0": self._searcher.search(queries[0], int(k))}
+            hit_lists = [self._searcher.search(queries[0], int(k))]
         else:
+            array_list = self._jnius.autoclass("java.util.ArrayList")
+            jqueries, jqids = array_list(), array_list()
+            for i, query in enumerate(queries):
+                jqueries.add(query)
+                jqids.add(str(i))
             found = self._searcher.batch_search(jqueries, jqids, int(k), self.threads)
-            hits_by_qid = {entry.getKey(): entry.getValue() for entry in found.entrySet().toArray()}
+            by_qid = {entry.getKey(): entry.getValue() for entry in found.entrySet().toArray()}
+            hit_lists = [by_qid.get(str(i)) or [] for i in range(len(queries))]
         results = []
-        for i in range(len(queries)):
-            hits = hits_by_qid.get(str(i)) or []
+        for hits in hit_lists:
             positions = np.fromiter((int(h.docid) for h in hits), dtype=np.int64, count=len(hits))
             scores = np.fromiter((h.score for h in hits), dtype=np.float32, count=len(hits))
             results.append((positions, scores))

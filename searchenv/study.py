@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -169,7 +170,13 @@ def _engine_options(engine: str, corpus: Corpus, args: argparse.Namespace, encod
         if engine == "e5-hnsw":
             options["ef_search"] = args.ef_search
         return options
+    if engine == "bm25":
+        return {"index_dir": Path(args.index_root) / f"{_stem(corpus)}-{len(corpus)}-bm25-{corpus.checksum[:12]}"}
     return {}
+
+
+def _stem(corpus: Corpus) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", Path(corpus.source).stem).strip("-") or "corpus"
 
 
 def run_study(args: argparse.Namespace) -> int:

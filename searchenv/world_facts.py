@@ -24,6 +24,7 @@ ENTITY_KINDS = ("person", "org", "city", "region", "work")
 
 # Share of near-miss spelling variants among surnames, city names and organisation stems.
 VARIANT_SHARE = 0.25
+_MAX_ROUNDS = 64  # rounds of candidate batches before a name pool counts as exhausted
 FIRST_BIRTH_YEAR, LAST_BIRTH_YEAR = 1480, 1880
 
 
@@ -91,9 +92,11 @@ class Facts:
 
 
 @lru_cache(maxsize=1)
-def _syllables() -> tuple[str, ...]:
-    """Every onset + vowel + coda combination, built on first use rather than at import time."""
-    return tuple(o + v + c for o in vocab.ONSETS for v in vocab.VOWELS for c in vocab.CODAS)
+def _syllables() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Closed (onset + vowel + coda) and open (consonant + vowel) syllables, built on first use."""
+    closed = tuple(o + v + c for o in vocab.ONSETS for v in vocab.VOWELS for c in vocab.CODAS)
+    open_ = tuple(o + v for o in vocab.OPEN_ONSETS for v in vocab.OPEN_VOWELS)
+    return closed, open_
 
 
 def _vowel_variant(word: str, new_vowel: str) -> str:
@@ -111,27 +114,33 @@ class _WordPool:
         self._rng = rng
         self._seen: set[str] = set()
 
-    def take(self, count: int, endings: tuple[str, ...], syllables: int = 2, variant_share: float = 0.0) -> list[str]:
-        """``count`` new words of ``syllables`` syllables plus one of ``endings``.
+    def take(
+        self, count: int, endings: tuple[str, ...], closed_first: bool = True, variant_share: float = 0.0
+    ) -> list[str]:
+        """``count`` new words: a first syllable (closed or open), one open syllable, and one of ``endings``.
 
         A ``variant_share`` of them are one-vowel variants of words drawn earlier in the same call.
         Candidates already used anywhere in the world (or equal to an ordinary vocabulary word) are
         skipped, so the result is unique; membership tests never depend on set order, so it is deterministic.
         """
-        syl = _syllables()
+        closed, open_ = _syllables()
+        first = closed if closed_first else open_
         out: list[str] = []
-        while len(out) < count:
+        for _ in range(_MAX_ROUNDS):
+            if len(out) == count:
+                return out
             batch = int((count - len(out)) * 1.3) + 16
-            parts = self._rng.integers(0, len(syl), size=(batch, syllables)).tolist()
+            a = self._rng.integers(0, len(first), size=batch).tolist()
+            b = self._rng.integers(0, len(open_), size=batch).tolist()
             ends = self._rng.integers(0, len(endings), size=batch).tolist()
             variant = (self._rng.random(batch) < variant_share).tolist()
             base = self._rng.random(batch).tolist()
             vowels = self._rng.integers(0, len(vocab.VOWEL_LETTERS), size=batch).tolist()
-            for row, end, is_variant, pick, v in zip(parts, ends, variant, base, vowels, strict=True):
-                if is_variant and out:
-                    word = _vowel_variant(out[int(pick * len(out))], vocab.VOWEL_LETTERS[v])
+            for i in range(batch):
+                if variant[i] and out:
+                    word = _vowel_variant(out[int(base[i] * len(out))], vocab.VOWEL_LETTERS[vowels[i]])
                 else:
-                    word = ("".join(syl[s] for s in row) + endings[end]).capitalize()
+                    word = (first[a[i]] + open_[b[i]] + endings[ends[i]]).capitalize()
                 key = word.lower()
                 if key in self._seen or key in vocab.RESERVED_WORDS:
                     continue
@@ -139,6 +148,10 @@ class _WordPool:
                 out.append(word)
                 if len(out) == count:
                     break
+        if len(out) < count:
+            raise RuntimeError(
+                f"ran out of distinct invented names ({len(out):,} of {count:,}); the world is too large"
+            )
         return out
 
 
@@ -187,7 +200,8 @@ def _person_names(
     search agent must tell apart by the whole name.
     """
     half = min(400, max(10, count // 6))
-    given = pool.take(half, vocab.FEMININE_ENDINGS, syllables=1) + pool.take(half, vocab.MASCULINE_ENDINGS, syllables=1)
+    given = pool.take(half, vocab.FEMININE_ENDINGS, closed_first=False)
+    given += pool.take(half, vocab.MASCULINE_ENDINGS, closed_first=False)
     surnames = pool.take(max(10, count // 3), vocab.SURNAME_ENDINGS, variant_share=VARIANT_SHARE)
     g, s = _pair_codes(rng, count, len(given), len(surnames))
     names = [f"{given[a]} {surnames[b]}" for a, b in zip(g.tolist(), s.tolist(), strict=True)]
@@ -231,7 +245,7 @@ def build_facts(num_passages: int, rng: np.random.Generator) -> Facts:
     org_names, org_kind = _org_names(pool, rng, n["org"])
     city_names = pool.take(n["city"], vocab.CITY_ENDINGS, variant_share=VARIANT_SHARE)
     region_names = pool.take(n["region"], vocab.REGION_ENDINGS)
-    river_names = pool.take(max(3, n["city"] // 8), vocab.RIVER_ENDINGS, syllables=1)
+    river_names = pool.take(min(5000, max(3, n["city"] // 8)), vocab.RIVER_ENDINGS, closed_first=False)
     work_names = _work_names(pool, rng, n["work"])
 
     birth_year = rng.integers(FIRST_BIRTH_YEAR, LAST_BIRTH_YEAR + 1, size=n["person"])

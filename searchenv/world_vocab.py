@@ -10,23 +10,28 @@ from __future__ import annotations
 
 # --- syllables for invented names -------------------------------------------------------------------------
 
+# A name is a "closed" syllable (onset + vowel + coda), then "open" ones (one consonant + one vowel), then
+# an ending: Brevondt = bre + vo + ndt. Open syllables keep names short and pronounceable.
 ONSETS = (
     "b", "br", "d", "dr", "f", "g", "gr", "h", "k", "kr", "l", "m", "n", "p", "pr", "qu", "r", "s", "sk", "st",
     "t", "th", "tr", "v", "vr", "w", "z",
 )  # fmt: skip
-VOWELS = ("a", "e", "i", "o", "u", "ae", "ei", "au")
-CODAS = ("", "", "", "n", "r", "l", "s", "m", "th", "nd", "rn", "lv")
+VOWELS = ("a", "e", "i", "o", "u", "a", "e", "o", "ae", "ei")
+CODAS = ("", "", "", "", "n", "r", "l", "s", "m", "th", "nd", "rn", "st")
+OPEN_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z")
+OPEN_VOWELS = ("a", "e", "i", "o", "u")
 VOWEL_LETTERS = "aeiou"
 
-# Endings give each kind of name its own look: given names, surnames and place names must never coincide.
-FEMININE_ENDINGS = ("a", "ia", "elle", "ine", "wyn", "ra", "is", "ette")
-MASCULINE_ENDINGS = ("or", "en", "ric", "an", "as", "ulf", "o", "ert")
-SURNAME_ENDINGS = ("dt", "s", "er", "ow", "ick", "ey", "ham", "")
-CITY_ENDINGS = ("a", "essa", "heim", "ford", "ora", "ith", "um", "ade", "wick", "ost")
-REGION_ENDINGS = ("mark", "land", "ia", "avia", "esk", "mere", "oria")
-STEM_ENDINGS = ("a", "o", "ene", "mora", "is", "ar", "el")
-RIVER_ENDINGS = ("e", "a", "in", "ey", "au")
-WORD_ENDINGS = ("", "a", "el", "in", "et")
+# Endings give each kind of name its own look; they start with a consonant so that they never run into the
+# vowel of the open syllable before them.
+FEMININE_ENDINGS = ("la", "na", "ra", "lle", "nne", "wyn", "ris", "tte", "da", "sa")
+MASCULINE_ENDINGS = ("ric", "dor", "ren", "mund", "las", "bert", "win", "mar", "gar", "vin")
+SURNAME_ENDINGS = ("ndt", "s", "ber", "low", "wick", "ley", "ham", "mann", "sen", "ton", "rk")
+CITY_ENDINGS = ("la", "ssa", "heim", "ford", "ra", "vith", "dum", "rade", "wick", "borg", "stad")
+REGION_ENDINGS = ("mark", "land", "via", "nia", "vesk", "mere", "ria")
+STEM_ENDINGS = ("va", "lo", "rene", "mora", "lis", "dar", "mel")
+RIVER_ENDINGS = ("ne", "la", "rin", "sey", "dau")
+WORD_ENDINGS = ("", "la", "mel", "rin", "det", "th")
 
 # --- kinds and dressing -----------------------------------------------------------------------------------
 
@@ -66,7 +71,13 @@ TITLE_NOUNS = (
 )  # fmt: skip
 # Each pattern holds {word}, a pool word unique to the work, so titles are unique; the fixed parts differ
 # between patterns so two patterns never produce the same title.
-TITLE_PATTERNS = ("The {noun} of {word}", "{word}", "{word} and the {noun}", "A {noun} for {word}", "Letters from {word}")
+TITLE_PATTERNS = (
+    "The {noun} of {word}",
+    "{word}",
+    "{word} and the {noun}",
+    "A {noun} for {word}",
+    "Letters from {word}",
+)
 
 TOPICS = (
     "tidal charts", "optics", "botany", "harmony", "navigation", "mineralogy", "perspective", "glassmaking",
@@ -86,10 +97,14 @@ TRAITS = ("gentle", "stern", "restless", "patient", "witty", "reserved", "genero
 
 # Words that pool names must never equal, so an entity name never reads as ordinary vocabulary.
 RESERVED_WORDS = frozenset(
-    w.lower()
-    for group in (TITLE_NOUNS, NOUNS, COLOURS, TRAITS, OCCUPATIONS, SETTLEMENTS, REGION_KINDS)
-    for w in group
+    w.lower() for group in (TITLE_NOUNS, NOUNS, COLOURS, TRAITS, OCCUPATIONS, SETTLEMENTS, REGION_KINDS) for w in group
 ) | frozenset(k.lower() for k, _ in ORG_KINDS)
+
+
+def with_article(phrase: str) -> str:
+    """``phrase`` with "a" or "an" in front, chosen by its first letter (enough for this vocabulary)."""
+    return ("an " if phrase[0] in "aeiou" else "a ") + phrase
+
 
 # --- passage templates ------------------------------------------------------------------------------------
 # Every passage = one lead sentence + the fact sentences of its entity + filler sentences until ~100 words.
@@ -97,15 +112,16 @@ RESERVED_WORDS = frozenset(
 # questions ask about (birthplace, teacher, employer, founder, seat, region, capital, governor, author, years
 # of those), or the world would contradict itself.
 
-# Person slots: name, Pron/pron (She/she), Poss/poss (Her/her), obj (her/him), occ, by, dy, bp, teacher,
-# employer, ey, org_f, fy, work, wy, gov_region, gy, city2, city3, person2, org2, year2, year3, colour,
-# trait, noun, topic, num.
+# Slots named a_* hold the word with its indefinite article ("an astronomer"); see with_article().
+# Person slots: name, Pron/pron (She/she), Poss/poss (Her/her), obj (her/him), occ, a_occ, by, dy, bp,
+# teacher, employer, ey, org_f, fy, work, wy, gov_region, gy, city2, city3, person2, org2, colour, trait,
+# noun, topic, num, and years year2 (age 18–30), year3 (31–44), year4 (after death), year5 (45 to death).
 PERSON_LEAD = (
-    "{name} ({by}–{dy}) was a {occ} born in {bp}.",
-    "{name} was a {occ} who was born in {bp} in {by} and died in {dy}.",
-    "Born in {bp} in {by}, {name} was a {occ} who died in {dy}.",
-    "{name} (born {by} in {bp}; died {dy}) was a {occ} remembered for {poss} work on {topic}.",
-    "{name} was a {occ}, born in {by} in the city of {bp}.",
+    "{name} ({by}–{dy}) was {a_occ} born in {bp}.",
+    "{name} was {a_occ} who was born in {bp} in {by} and died in {dy}.",
+    "Born in {bp} in {by}, {name} was {a_occ} who died in {dy}.",
+    "{name} (born {by} in {bp}; died {dy}) was {a_occ} remembered for {poss} work on {topic}.",
+    "{name} was {a_occ}, born in {by} in the city of {bp}.",
 )
 PERSON_TEACHER = (
     "{Pron} trained under {teacher}.",
@@ -135,28 +151,28 @@ PERSON_FILLER = (
     "A long correspondence with {person2} survives in the archive of {org2}.",
     "In {year2} {pron} travelled to {city3} to study {topic}.",
     "Contemporaries described {poss} manner as {trait} but exacting.",
-    "{Poss} notebooks, filled with sketches of {noun}s, were rediscovered in {year3}.",
+    "{Poss} notebooks, filled with sketches of {noun}s, were rediscovered in {year4}.",
     "A street in {city2} was later named in {poss} honour.",
     "{Pron} was admired by {person2}, who called {obj} the most careful {occ} of the age.",
     "Late in life {pron} settled near {city3}, where {pron} kept a small garden.",
     "{Poss} lectures on {topic} drew students from as far as {city2}.",
     "Several of {poss} instruments are now held by {org2}.",
     "Historians still debate the date of {poss} first visit to {city3}.",
-    "{Pron} married in {year2} and had {num} children.",
-    "A {colour} portrait of {obj}, painted around {year3}, hangs in {city2}.",
+    "{Pron} married in {year3} and had {num} children.",
+    "A portrait of {obj} in {colour} robes, painted around {year5}, hangs in {city2}.",
     "{Poss} methods influenced a generation of students of {topic}.",
-    "In {year3} {pron} declined an invitation from {org2}.",
+    "In {year5} {pron} declined an invitation from {org2}.",
     "Little is known of {poss} early years apart from a brief stay in {city3}.",
     "{Pron} kept a diary of the weather that runs to {num} volumes.",
 )
 
-# Organisation slots: name, kind_l (guild), desc, fy, founder, seat, city2, person2, org2, year2, year3, num,
-# colour, noun, topic.
+# Organisation slots: name, kind_l (guild), a_desc, fy, founder, seat, city2, person2, org2, num, a_colour,
+# noun, topic, and years year2 (3–60 years after foundation), year3 (61–140), year4 (141–220).
 ORG_LEAD = (
-    "{name} is a {desc} established in {fy}.",
-    "{name} is a {desc} that was founded in {fy}.",
-    "Founded in {fy}, {name} is a {desc}.",
-    "{name} has been a {desc} since its foundation in {fy}.",
+    "{name} is {a_desc} established in {fy}.",
+    "{name} is {a_desc} that was founded in {fy}.",
+    "Founded in {fy}, {name} is {a_desc}.",
+    "{name} has been {a_desc} since its foundation in {fy}.",
 )
 ORG_FOUNDER = (
     "It was founded by {founder}.",
@@ -169,25 +185,26 @@ ORG_SEAT = (
     "It has its seat in {seat}, in a hall near the old market.",
 )
 ORG_FILLER = (
-    "By {year2} it counted about {num}00 members.",
+    "By {year3} it counted about {num}00 members.",
     "The {kind_l} kept close ties with {org2}.",
     "Its archive holds letters from {person2}.",
-    "A branch office opened in {city2} in {year3}.",
+    "A branch office opened in {city2} in {year4}.",
     "Membership was long restricted to practitioners of {topic}.",
     "The {kind_l} publishes a yearly report on {topic}.",
-    "Its emblem shows a {colour} {noun} on a blue field.",
+    "Its emblem shows {a_colour} {noun} on a blue field.",
     "During a dispute in {year2}, {person2} resigned from its council.",
-    "The building it occupied until {year3} was later destroyed by fire.",
-    "Its statutes were revised in {year3} after a long debate.",
+    "The hall it first occupied was later destroyed by fire.",
+    "Its statutes have been revised several times after long debates.",
     "Visitors from {city2} are admitted on the first day of each month.",
     "A rival body, {org2}, was formed partly by former members.",
     "It awards a prize for work on {topic} every {num} years.",
     "The {kind_l} maintains a small collection of {noun}s.",
     "Among its early patrons was {person2}.",
-    "Records of its meetings survive from {year2} onward.",
+    "Minutes of its early meetings survive in good order.",
 )
 
-# City slots: name, settle, region, fy, river, city2, person2, org2, year2, year3, num, product, colour, noun.
+# City slots: name, settle, region, capital_of (the region it is the capital of, if any), fy, river, city2, person2, org2, num, product, colour, a_colour, a_noun,
+# noun, and years year2 (40–150 years after foundation), year3 (151–300), year4 (301–450), year5 (60–400).
 CITY_LEAD = (
     "{name} is a {settle} in {region}, founded in {fy}.",
     "{name} is a {settle} in the region of {region}. It was founded in {fy}.",
@@ -195,8 +212,8 @@ CITY_LEAD = (
     "{name} is a {settle} of {region} whose charter dates from {fy}.",
 )
 CITY_CAPITAL = (
-    "{name} is the capital of {region}.",
-    "It serves as the capital of {region}.",
+    "{name} is the capital of {capital_of}.",
+    "It serves as the capital of {capital_of}.",
 )
 CITY_FILLER = (
     "It lies on the river {river}.",
@@ -205,22 +222,23 @@ CITY_FILLER = (
     "A bridge over the {river} was completed in {year2}.",
     "The town hall dates from {year3}.",
     "{person2} lived there for several years.",
-    "Its population grew quickly after {year2}, when a road to {city2} was built.",
-    "The old quarter keeps a {colour} {noun} in its main square.",
-    "A branch of {org2} has met in the town since {year3}.",
+    "Its population grew quickly once a road to {city2} was built.",
+    "The old quarter keeps {a_colour} {noun} in its main square.",
+    "A branch of {org2} meets in the town every spring.",
     "Local festivals celebrate the harvest of {product}.",
     "The surrounding hills are known for their {colour} stone.",
     "Travellers from {city2} describe its streets as narrow and steep.",
-    "It suffered a severe flood in {year3}.",
-    "Its main church holds {num} bells cast in {year2}.",
-    "The coat of arms shows a {noun} above running water.",
+    "It suffered a severe flood in {year4}.",
+    "Its main church holds {num} bells cast in {year5}.",
+    "The coat of arms shows {a_noun} above running water.",
     "Around {num} thousand people live there today.",
 )
 
-# Region slots: name, rkind, capital, gov, gy, region2, river, product, colour, noun, year2, year3, num.
+# Region slots: name, rkind, a_rkind, capital, gov, gy, region2, river, product, colour, a_colour, noun,
+# a_noun, num, and years year2, year3, year4 (all between 1550 and 1900).
 REGION_LEAD = (
-    "{name} is a {rkind} whose capital is {capital}.",
-    "{name} is a {rkind}; its capital and largest town is {capital}.",
+    "{name} is {a_rkind} whose capital is {capital}.",
+    "{name} is {a_rkind}; its capital and largest town is {capital}.",
     "The {rkind} of {name} is governed from its capital, {capital}.",
 )
 REGION_GOVERNOR = (
@@ -236,19 +254,20 @@ REGION_FILLER = (
     "Roads to {region2} were improved in {year2}.",
     "Much of the land is given over to {product}.",
     "The {rkind} adopted its present borders in {year3}.",
-    "Its flag shows a {noun} on a {colour} field.",
+    "Its flag shows {a_noun} on {a_colour} field.",
     "Winters there are long and the mountain passes often close.",
     "A regional assembly meets twice a year in the old hall.",
     "Pilgrims cross it on the way to {region2}.",
     "Old maps mark it as a land of {noun}s and mills.",
-    "A survey of {year2} counted {num} hundred farms.",
+    "A survey of {year4} counted {num} hundred farms.",
 )
 
-# Work slots: name, genre, author, wy, city2, person2, org2, work2, num, year2, topic, colour, noun.
+# Work slots: name, genre, a_genre, author, wy, city2, person2, org2, work2, num, topic, a_colour, noun,
+# a_noun, and years year2 (2–30 years after publication), year3 (31–80), year4 (1–10).
 WORK_LEAD = (
-    "{name} is a {genre} by {author}, first published in {wy}.",
-    "{name} is a {genre} written by {author} and published in {wy}.",
-    "Published in {wy}, {name} is a {genre} by {author}.",
+    "{name} is {a_genre} by {author}, first published in {wy}.",
+    "{name} is {a_genre} written by {author} and published in {wy}.",
+    "Published in {wy}, {name} is {a_genre} by {author}.",
     "{author} wrote the {genre} {name}, which first appeared in {wy}.",
 )
 WORK_FILLER = (
@@ -258,15 +277,15 @@ WORK_FILLER = (
     "A revised edition appeared in {year2}.",
     "The manuscript is kept by {org2}.",
     "{person2} wrote a long and admiring review of it.",
-    "Its opening pages describe a {colour} {noun} at dawn.",
+    "Its opening pages describe {a_colour} {noun} at dawn.",
     "It was long used as a textbook on {topic}.",
     "The first printing ran to {num}00 copies.",
-    "A stage adaptation opened in {city2} in {year2}.",
+    "A stage adaptation opened in {city2} in {year3}.",
     "Several chapters deal with {topic}.",
-    "It was briefly banned in {year2} for its remarks on {topic}.",
+    "It was briefly banned in {year4} for its remarks on {topic}.",
     "Readers in {city2} received it with enthusiasm.",
     "It is dedicated to {person2}.",
-    "Its engraved frontispiece shows a {noun}.",
+    "Its engraved frontispiece shows {a_noun}.",
 )
 
 # --- question templates -----------------------------------------------------------------------------------

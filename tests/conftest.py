@@ -30,3 +30,15 @@ def qwen_tokenizer():
     from searchenv.assets import qwen_tokenizer_dir
 
     return transformers.AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct de-quantised from its GGUF once per test session (~20 s) and saved as a regular
+    checkpoint; tests that train load their own copy from here (< 1 s) so they never share mutated weights."""
+    pytest.importorskip("transformers")
+    from searchenv.adapters.generation import load_policy
+
+    cache = tmp_path_factory.mktemp("models")
+    load_policy("smollm2-135m", cache_dir=cache)
+    return cache / "models" / "smollm2-135m"

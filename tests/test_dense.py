@@ -10,7 +10,6 @@ import json
 
 import numpy as np
 import pytest
-
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.dense import DenseRetriever, exact_retriever, hnsw_retriever
 from searchenv.retrievers.embed import IndexMismatchError, embed_corpus, index_dir_for
@@ -23,6 +22,7 @@ from searchenv.retrievers.encoder import (
     minilm_path,
 )
 from searchenv.retrievers.faiss_index import gpu_count, to_gpu
+
 from searchenv.types import Corpus
 
 torch = pytest.importorskip("torch")
@@ -50,8 +50,8 @@ def minilm() -> TransformersEncoder:
 @pytest.fixture(scope="module")
 def hotpot(shared_data) -> Corpus:
     full = Corpus.from_jsonl(shared_data / "corpus" / "hotpotqa_hipporag.jsonl")
-    n = 120
-    return Corpus(full.ids[:n], full.titles[:n], full.texts[:n], source="hotpotqa_hipporag_120")
+    n = 80
+    return Corpus(full.ids[:n], full.titles[:n], full.texts[:n], source="hotpotqa_hipporag_80")
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,9 @@ def test_family_prefixes_and_pooling(family):
     recipe = FAMILIES[family]
     queries = ["who founded python", "capital of japan"]
     np.testing.assert_allclose(
-        encoder.encode_queries(queries), manual_embed([recipe.query_prefix + q for q in queries], recipe.pooling), atol=2e-5
+        encoder.encode_queries(queries),
+        manual_embed([recipe.query_prefix + q for q in queries], recipe.pooling),
+        atol=2e-5,
     )
     np.testing.assert_allclose(
         encoder.encode_passages(["Tokyo"]), manual_embed([recipe.passage_prefix + "Tokyo"], recipe.pooling), atol=2e-5
@@ -180,14 +182,14 @@ def test_resumable_embedding_equals_one_shot_run(hotpot, minilm, tmp_path):
             raise Killed
 
     with pytest.raises(Killed):
-        embed_corpus(hotpot, minilm, tmp_path / "run", shard_size=40, progress=False, on_shard=kill_after_shard_1)
+        embed_corpus(hotpot, minilm, tmp_path / "run", shard_size=30, progress=False, on_shard=kill_after_shard_1)
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["shards"] == ["vectors-00000.npy", "vectors-00001.npy"]
     assert manifest["corpus_checksum"] == hotpot.checksum and manifest["encoder"]["pooling"] == "mean"
     encoded: list[int] = []
     resumed = embed_corpus(hotpot, minilm, tmp_path / "run", shard_size=999, progress=False, on_shard=encoded.append)
     assert encoded == [2]  # only the missing shard, with the original shard size
-    one_shot = embed_corpus(hotpot, minilm, tmp_path / "once", shard_size=120, progress=False)
+    one_shot = embed_corpus(hotpot, minilm, tmp_path / "once", shard_size=80, progress=False)
     assert resumed.count == one_shot.count == len(hotpot)
     assert all(isinstance(s, np.memmap) for s in resumed.shards())
     np.testing.assert_allclose(resumed.to_array(), one_shot.to_array(), atol=1e-5)
@@ -195,7 +197,7 @@ def test_resumable_embedding_equals_one_shot_run(hotpot, minilm, tmp_path):
 
 def test_index_dir_builds_once_and_refuses_mismatches(hotpot, minilm, tmp_path):
     directory = index_dir_for(tmp_path, hotpot, minilm)
-    exact = exact_retriever(hotpot, encoder=minilm, index_dir=directory, shard_size=60, progress=False)
+    exact = exact_retriever(hotpot, encoder=minilm, index_dir=directory, shard_size=50, progress=False)
     record = json.loads((directory / "exact.json").read_text())
     assert record["corpus_checksum"] == hotpot.checksum and record["index_type"] == "exact"
     assert record["encoder"]["name"] == str(minilm_path()) and record["dim"] == 384
@@ -206,7 +208,7 @@ def test_index_dir_builds_once_and_refuses_mismatches(hotpot, minilm, tmp_path):
     assert reopened.index.ntotal == len(hotpot)
     with pytest.raises(IndexMismatchError, match="params"):
         hnsw_retriever(hotpot, encoder=minilm, index_dir=directory, m=32, progress=False)
-    other = Corpus(hotpot.ids[:119], hotpot.titles[:119], hotpot.texts[:119])
+    other = Corpus(hotpot.ids[:79], hotpot.titles[:79], hotpot.texts[:79])
     with pytest.raises(IndexMismatchError, match="corpus checksum"):
         exact_retriever(other, encoder=minilm, index_dir=directory, progress=False)
     e5_recipe = TransformersEncoder(minilm_path(), family="e5", max_length=128)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from searchenv import SearchQAEnv
 from searchenv.retrievers.random_retriever import RandomRetriever
 
-from test_env import CORPUS, QUESTIONS  # noqa: E402
+from toyworld import CORPUS, QUESTIONS
 
 TAGS = ["<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>", "<information>", "</information>"]
 fragments = st.one_of(st.text(max_size=40), st.sampled_from(TAGS), st.sampled_from(["\n", " ", "\x00", "\ud7ff", "🙂"]))
@@ -39,7 +39,7 @@ def test_any_text_ends_within_budget_without_errors(turns, index):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.text(alphabet=st.sampled_from(["<search>", "</search>", "<answer>", "</answer>", "x", " "]), max_size=60))
+@given(st.lists(st.sampled_from(["<search>", "</search>", "<answer>", "</answer>", "x", " "]), max_size=20).map("".join))
 def test_unbalanced_and_nested_tags(action):
     ENV.reset(options={"index": 0})
     obs, reward, terminated, truncated, info = ENV.step(action)

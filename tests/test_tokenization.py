@@ -7,7 +7,7 @@ import pytest
 from searchenv import EpisodeTokens, SearchQAEnv, TokenizedEpisode, encode_prompt, tokenize_episode
 from searchenv.tokenization import cut_at_action_end
 
-from test_env import QUESTIONS, ScriptedRetriever  # noqa: E402  (same tests folder)
+from toyworld import QUESTIONS, ScriptedRetriever
 
 
 @pytest.fixture()

@@ -1,0 +1,219 @@
+"""veRL adapter: an agent loop that plays SearchQA episodes, and a ``compute_score`` backed by reward specs.
+
+**Agent loop** (``agent_name: searchenv_agent``). veRL runs one :meth:`SearchEnvAgentLoop.run` coroutine per
+sample, token-in/token-out against its rollout servers (vLLM/SGLang). Each turn the loop asks the server to
+continue the episode's context, stopping at the protocol's closing tags, steps the environment without
+blocking the event loop (:func:`searchenv.step_batch_async`), and appends the environment's text with
+:class:`~searchenv.tokenization.EpisodeTokens`, so ``response_mask`` is 1 exactly on sampled tokens and 0 on
+inserted information blocks and hints (SPEC §2). The reward is computed by the environment's reward spec and
+returned as ``reward_score``; its parts, the number of searches and invalid actions go to
+``extra_fields["reward_extra_info"]``, which veRL logs per step.
+
+Select it with ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` pointing at a YAML such as
+``adapters/verl_configs/agent_loop.yaml``::
+
+    - name: searchenv_agent
+      _target_: searchenv.adapters.verl.SearchEnvAgentLoop
+      env: {retriever: "http://127.0.0.1:8000", reward: em, topk: 3, max_turns: 4}
+      max_action_tokens: 500
+
+and the ``agent_name`` column that :mod:`searchenv.adapters.verl_data` writes.
+
+**Reward function** for veRL's other paths (single-turn loops, offline evaluation of saved responses):
+``reward.custom_reward_function.path=pkg://searchenv.adapters.verl`` with ``name=compute_score`` and
+optional ``reward_kwargs`` (``reward``, ``protocol``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+
+from searchenv.adapters.verl_data import AGENT_NAME, episode_env, plain, row_example, with_env_prompt
+from searchenv.env import SearchQAEnv, step_batch_async
+from searchenv.protocol import parse_action
+from searchenv.reward_specs import load_reward
+from searchenv.reward_specs.base import Rollout
+from searchenv.tokenization import EpisodeTokens, cut_at_action_end
+
+__all__ = ["SearchEnvAgentLoop", "compute_score"]
+
+_PROMPT_SOURCES = ("dataset", "env")
+
+
+@register(AGENT_NAME)
+class SearchEnvAgentLoop(AgentLoopBase):
+    """Multi-turn SearchQA rollouts inside veRL's agent-loop workers.
+
+    Args (besides veRL's own, which it passes on):
+        env: SearchQAEnv options shared by every episode (``retriever``, ``corpus``, ``reward``, ``topk``,
+            ``max_turns``, ``protocol``, ``budget``, …). The question and gold answers come from each row.
+        prompt: ``"dataset"`` (default) feeds the row's ``prompt`` messages as they are; ``"env"`` replaces
+            the last user message with the environment's prompt for the row's question.
+        max_action_tokens: cap on tokens generated per turn (Search-R1: 500); the whole response is further
+            capped by ``rollout.response_length``.
+        stop: pass the protocol's closing tags to the engine as stop strings (needs
+            ``rollout.skip_tokenizer_init=False`` with vLLM). Without them the engine runs on and the tokens
+            after the first closing tag are cut, as Search-R1 does.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        env: Mapping[str, Any] | None = None,
+        prompt: str = "dataset",
+        max_action_tokens: int = 500,
+        stop: bool = True,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        if prompt not in _PROMPT_SOURCES:
+            raise ValueError(f"searchenv_agent: prompt must be one of {_PROMPT_SOURCES}, got {prompt!r}")
+        if int(max_action_tokens) < 1:
+            raise ValueError(f"searchenv_agent: max_action_tokens must be positive, got {max_action_tokens!r}")
+        self.env_options = dict(plain(env) or {})
+        self.prompt_source = prompt
+        self.max_action_tokens = int(max_action_tokens)
+        self.stop = bool(stop)
+        self.response_length = int(self.rollout_config.response_length)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        """Play one episode for one dataset row (veRL passes the row's columns as ``kwargs``)."""
+        reward_model = plain(kwargs.get("reward_model")) or {}
+        if "ground_truth" not in reward_model:
+            raise ValueError(
+                "searchenv_agent needs reward_model.ground_truth in every row "
+                "(write the data with: python -m searchenv.adapters.verl_data)"
+            )
+        messages = kwargs.get("raw_prompt")
+        example = row_example(reward_model["ground_truth"], kwargs.get("extra_info"), messages, kwargs.get("data_source"))
+        # The first episode of a config may build an index: keep that off the event loop.
+        env, info = await asyncio.to_thread(episode_env, example, self.env_options)
+        if self.prompt_source == "env" or not messages:
+            messages = with_env_prompt(messages, env.episode.prompt)
+        prompt_ids = await self.ct_build_initial_tokens(plain(messages))
+
+        tokens = EpisodeTokens(self.tokenizer, prompt_ids)
+        params = dict(sampling_params)
+        if self.stop:
+            params["stop"] = list(info["stop_strings"])
+        request_id = uuid4().hex
+        timing = {"generate_sequences": 0.0, "tool_calls": 0.0}
+        preempted = -1
+        while not env.episode.done:
+            room = self.response_length - len(tokens.response_ids)
+            if room <= 0:
+                break
+            params["max_tokens"] = min(self.max_action_tokens, room)
+            started = time.perf_counter()
+            output = await self.server_manager.generate(
+                request_id=request_id, prompt_ids=tokens.context_ids, sampling_params=params
+            )
+            timing["generate_sequences"] += time.perf_counter() - started
+            if output.num_preempted is not None:
+                preempted = max(preempted, 0) + output.num_preempted
+            action = self._add_turn(env, tokens, list(output.token_ids), output.log_probs)
+            started = time.perf_counter()
+            observation = (await step_batch_async([env], [action]))[0].observation
+            timing["tool_calls"] += time.perf_counter() - started
+            if observation:
+                tokens.add_env(observation)
+        return self._output(env, tokens, timing, preempted)
+
+    def _add_turn(
+        self, env: SearchQAEnv, tokens: EpisodeTokens, ids: list[int], logprobs: Sequence[float] | None
+    ) -> str:
+        """Record one generated turn and return the action text the environment gets.
+
+        Tokens after the first complete search/answer tag are cut together with the text the environment
+        drops; the action is decoded without special tokens (an end-of-sequence token is not part of it).
+        """
+        full = self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        parsed = parse_action(full, env.protocol)
+        if parsed.kind != "invalid" and parsed.dropped:
+            keep = cut_at_action_end(self.tokenizer, ids, parsed.kept)
+            ids, logprobs = ids[:keep], (logprobs[:keep] if logprobs else logprobs)
+        tokens.add_model(ids, list(logprobs) if logprobs else None)
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _output(
+        self, env: SearchQAEnv, tokens: EpisodeTokens, timing: dict[str, float], preempted: int
+    ) -> AgentLoopOutput:
+        episode = env.episode
+        cut_by_length = not episode.done
+        if cut_by_length:
+            # The response budget ran out before an answer or the action budget: score what there is, so
+            # every sample of the batch carries a reward and the same metric keys.
+            result = env.reward_spec(env._rollout())
+            episode.reward, episode.reward_parts = float(result.reward), dict(result.parts)
+        built = tokens.result()
+        n = self.response_length
+        metrics = {
+            **episode.metrics(),
+            "cut_by_length": float(cut_by_length),
+            "response_tokens": float(min(len(built.response_ids), n)),
+            "model_tokens": float(sum(built.loss_mask[:n])),
+        }
+        return AgentLoopOutput(
+            prompt_ids=built.prompt_ids,
+            response_ids=built.response_ids[:n],
+            response_mask=built.loss_mask[:n],
+            response_logprobs=built.logprobs[:n] if built.logprobs is not None else None,
+            num_turns=1 + len(episode.segments),
+            reward_score=float(episode.reward),
+            metrics=AgentLoopMetrics(**timing, num_preempted=preempted),
+            extra_fields={"reward_extra_info": metrics, "turn_scores": [], "tool_rewards": []},
+        )
+
+
+# -- custom_reward_function --------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=16)
+def _reward_spec(name: str) -> Any:
+    return load_reward(name)
+
+
+def _golden_answers(ground_truth: Any) -> str | list[str]:
+    value = plain(ground_truth)
+    if isinstance(value, Mapping):
+        value = value.get("target")
+    if not value or not (isinstance(value, str) or all(isinstance(v, str) for v in value)):
+        raise ValueError(f"ground_truth must be a string, a list of strings or {{'target': [...]}}, got {ground_truth!r}")
+    return value
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    reward: str = "em",
+    protocol: str = "search-r1",
+    **kwargs: Any,
+) -> dict[str, float]:
+    """veRL's reward-function signature, scored by a searchenv reward spec.
+
+    Args:
+        data_source: the row's data source (unused; every source is scored the same way).
+        solution_str: the decoded response: model turns and inserted information blocks, without the prompt.
+        ground_truth: ``{"target": [...]}`` (Search-R1), a plain string, or a list of strings.
+        extra_info: the row's ``extra_info``; its ``question`` is passed to specs that use it.
+        reward: reward spec name or spec file path (set it with ``custom_reward_function.reward_kwargs``).
+        protocol: the tag protocol of the responses.
+
+    Returns:
+        ``{"score": reward, **parts}`` — veRL logs every key.
+    """
+    rollout = Rollout.from_text(
+        solution_str,
+        _golden_answers(ground_truth),
+        protocol=protocol,
+        question=str((plain(extra_info) or {}).get("question") or ""),
+    )
+    result = _reward_spec(reward)(rollout)
+    return {"score": float(result.reward), **{k: float(v) for k, v in result.parts.items()}}

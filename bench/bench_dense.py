@@ -1,0 +1,186 @@
+"""Exact (IndexFlatIP) vs HNSW64 at 200k and 1M vectors: recall, build time, memory, QPS, and the GEMM floor.
+
+Vectors:
+* ``--source synthetic`` (default): a clustered Gaussian mixture on the unit sphere — ``N/200`` cluster
+  centres, each point = centre + isotropic noise, renormalised; queries are fresh draws from the same
+  mixture. Pure random vectors are never used: they have no neighbourhoods and make HNSW look broken.
+* ``--source DIR``: real passage vectors from an embedding cache directory (``vectors-*.npy`` written by
+  ``searchenv.retrievers.embed``); queries are the MiniLM embeddings of ``--questions`` (real NQ questions).
+
+The GEMM floor is the time numpy takes for the same inner products (``queries @ vectors.T``, in blocks)
+without any top-k selection: no exact search on this CPU can beat it.
+
+HNSW graphs are built in 50k-row steps and saved under ``--cache`` after at most ``--build-budget-s`` of
+building, so every invocation stays under 10 minutes on a 2-core machine: repeat ``--phase build`` until the
+graph is complete (the reported build time is the sum over runs), then measure. Figures go to stdout and,
+as one JSON line, to ``--json``.
+
+    python bench/bench_dense.py --n 200000
+    python bench/bench_dense.py --n 1000000 --phase build   # repeat until "graph saved" without "run again"
+    python bench/bench_dense.py --n 1000000 --phase search  # exact + GEMM floor + HNSW sweep on the saved graph
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+import psutil
+
+
+def rss_gb() -> float:
+    return psutil.Process().memory_info().rss / 2**30
+
+
+def clustered_vectors(n: int, dim: int, seed: int, *, per_cluster: int = 200, noise: float = 1.0) -> np.ndarray:
+    """Unit vectors from a Gaussian mixture with ``n // per_cluster`` centres (generated in blocks)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((max(n // per_cluster, 1), dim), dtype=np.float32)
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    out = np.empty((n, dim), dtype=np.float32)
+    for start in range(0, n, 100_000):
+        stop = min(start + 100_000, n)
+        block = centres[rng.integers(0, len(centres), stop - start)]
+        block += rng.standard_normal((stop - start, dim), dtype=np.float32) * (noise / np.sqrt(dim))
+        out[start:stop] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    return out
+
+
+def real_vectors(directory: Path, questions: Path, n_queries: int) -> tuple[np.ndarray, np.ndarray]:
+    from searchenv.retrievers.encoder import load_encoder
+
+    files = sorted(directory.glob("vectors-*.npy"))
+    if not files:
+        raise SystemExit(f"no vectors-*.npy in {directory}")
+    vectors = np.concatenate([np.load(f) for f in files])
+    rows = [json.loads(line) for line in questions.open()][:n_queries]
+    queries = load_encoder("minilm").encode_queries([r["question"] for r in rows])
+    return vectors, queries
+
+
+def timed(fn, *args):
+    started = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - started
+
+
+def gemm_floor(queries: np.ndarray, vectors: np.ndarray, block: int = 128) -> float:
+    """Seconds for ``queries @ vectors.T`` alone, in query blocks (the output of 1M columns would not fit)."""
+    started = time.perf_counter()
+    for start in range(0, len(queries), block):
+        queries[start : start + block] @ vectors.T
+    return time.perf_counter() - started
+
+
+def single_qps(index, queries: np.ndarray, k: int, n: int) -> float:
+    started = time.perf_counter()
+    for q in queries[:n]:
+        index.search(q[None, :], k)
+    return n / (time.perf_counter() - started)
+
+
+def recall_at(approx: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.mean([len(set(a) & set(t)) / truth.shape[1] for a, t in zip(approx, truth, strict=True)]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=200_000, help="vectors (synthetic source)")
+    parser.add_argument("--dim", type=int, default=768)
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--single", type=int, default=30, help="queries timed one by one for exact search")
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--m", type=int, default=64)
+    parser.add_argument("--ef-construction", type=int, default=40)
+    parser.add_argument("--ef-search", default="16,64,128,256")
+    parser.add_argument("--source", default="synthetic")
+    parser.add_argument("--questions", default="../shared/data/qa/nq_test_1000.jsonl")
+    parser.add_argument("--phase", choices=["all", "build", "search"], default="all")
+    parser.add_argument("--build-budget-s", type=float, default=420, help="stop adding to the graph after this")
+    parser.add_argument("--cache", default=os.environ.get("SEARCHENV_BENCH_CACHE", "/tmp/searchenv-bench"))
+    parser.add_argument("--json", default=None, help="append results as one JSON line to this file")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    base = rss_gb()
+    if args.source == "synthetic":
+        data = clustered_vectors(args.n + args.queries, args.dim, args.seed)
+        vectors, queries = data[: args.n], np.ascontiguousarray(data[args.n :])
+        label = f"synthetic clustered {args.n:,} × {args.dim}"
+    else:
+        vectors, queries = real_vectors(Path(args.source), Path(args.questions), args.queries)
+        label = f"real vectors {len(vectors):,} × {vectors.shape[1]} from {args.source}"
+    n, dim = vectors.shape
+    print(f"# {label}; {len(queries)} queries; faiss {faiss.__version__}, {faiss.omp_get_max_threads()} threads")
+    result: dict = {"label": label, "n": n, "dim": dim, "queries": len(queries), "threads": faiss.omp_get_max_threads()}
+    graph = Path(args.cache) / f"hnsw{args.m}-efc{args.ef_construction}-{args.source.replace('/', '_')}-{n}-{dim}.faiss"
+
+    done_file = graph.with_suffix(".json")
+    built = json.loads(done_file.read_text()) if graph.exists() and done_file.exists() else {"rows": 0, "build_s": 0.0}
+    if built["rows"] < n:
+        if args.phase == "search":
+            raise SystemExit(f"{graph} holds {built['rows']:,} of {n:,} rows; run --phase build first")
+        hnsw = (
+            faiss.read_index(str(graph))
+            if built["rows"]
+            else faiss.IndexHNSWFlat(dim, args.m, faiss.METRIC_INNER_PRODUCT)
+        )
+        hnsw.hnsw.efConstruction = args.ef_construction
+        before, started = rss_gb(), time.perf_counter()
+        while built["rows"] < n and time.perf_counter() - started < args.build_budget_s:
+            stop = min(built["rows"] + 50_000, n)
+            _, seconds = timed(hnsw.add, vectors[built["rows"] : stop])
+            built = {"rows": stop, "build_s": built["build_s"] + seconds}
+            print(f"HNSW{args.m}: {stop:,}/{n:,} rows, {built['build_s']:.0f} s of graph building so far", flush=True)
+        built["memory_gb"] = built.get("memory_gb", 0.0) + rss_gb() - before
+        graph.parent.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(hnsw, str(graph))
+        done_file.write_text(json.dumps(built))
+        if built["rows"] < n or args.phase == "build":
+            print(f"graph saved to {graph}; run again to continue" if built["rows"] < n else f"graph saved to {graph}")
+            return
+    else:
+        hnsw = faiss.read_index(str(graph))
+        print(f"HNSW graph ({n:,} rows) loaded from {graph}")
+    result["hnsw_build_s"] = built["build_s"]
+    result["hnsw_index_gb"] = graph.stat().st_size / 2**30
+    print(
+        f"HNSW{args.m} efConstruction {args.ef_construction}: build {built['build_s']:.1f} s (sum over runs), "
+        f"index {result['hnsw_index_gb']:.2f} GB"
+    )
+
+    before = rss_gb()
+    flat = faiss.IndexFlatIP(dim)
+    _, result["flat_build_s"] = timed(flat.add, vectors)
+    result["flat_memory_gb"] = rss_gb() - before
+    (_, truth), result["flat_batched_s"] = timed(flat.search, queries, args.k)
+    result["flat_batched_qps"] = len(queries) / result["flat_batched_s"]
+    result["flat_single_qps"] = single_qps(flat, queries, args.k, args.single)
+    result["gemm_s"] = gemm_floor(queries, vectors)
+    result["gemm_qps"] = len(queries) / result["gemm_s"]
+    print(f"Flat: add {result['flat_build_s']:.1f} s, +{result['flat_memory_gb']:.2f} GB, batched "
+          f"{result['flat_batched_qps']:.1f} q/s, single {result['flat_single_qps']:.2f} q/s; "
+          f"GEMM floor {result['gemm_qps']:.1f} q/s")  # fmt: skip
+
+    result["hnsw"] = []
+    for ef in [int(e) for e in args.ef_search.split(",")]:
+        hnsw.hnsw.efSearch = ef
+        (_, approx), batched_s = timed(hnsw.search, queries, args.k)
+        row = {"ef_search": ef, "recall": recall_at(approx, truth), "batched_qps": len(queries) / batched_s,
+               "single_qps": single_qps(hnsw, queries, args.k, min(len(queries), 300))}  # fmt: skip
+        result["hnsw"].append(row)
+        print(f"HNSW efSearch {ef:>3}: recall@{args.k} {row['recall']:.3f}, batched {row['batched_qps']:.0f} q/s, "
+              f"single {row['single_qps']:.0f} q/s")  # fmt: skip
+    result["process_rss_gb"] = rss_gb() - base
+    if args.json:
+        with open(args.json, "a") as handle:
+            handle.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Index directories that remember what built them, so a stale index is refused instead of silently used.
+
+Every index directory holds ``searchenv-index.json``: the engine and its version, the parameters baked into
+the index (k1, b, analyzer), and the checksum and size of the corpus. Reopening with anything different raises
+:class:`IndexMismatchError` naming both sides and how to rebuild. A build writes into a scratch sibling directory
+and renames it into place only when complete, so an interrupted build never looks like a valid index.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+__all__ = ["MANIFEST_NAME", "IndexManifest", "IndexMismatchError", "build_into", "check_manifest", "open_or_build"]
+
+MANIFEST_NAME = "searchenv-index.json"
+T = TypeVar("T")
+
+
+class IndexMismatchError(ValueError):
+    """An index directory was built for another corpus, engine or parameters."""
+
+
+@dataclass(frozen=True)
+class IndexManifest:
+    """What an index directory was built from; compared field by field when the directory is reopened."""
+
+    engine: str
+    engine_version: str
+    corpus_checksum: str
+    corpus_size: int
+    params: Mapping[str, Any] = field(default_factory=dict)
+    corpus_source: str = ""
+    built_at: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "params": dict(self.params)}, indent=2, sort_keys=True)
+
+    @classmethod
+    def read(cls, directory: Path) -> IndexManifest:
+        path = directory / MANIFEST_NAME
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls(**data)
+        except (OSError, json.JSONDecodeError, TypeError) as exc:
+            raise IndexMismatchError(f"{path} is not a readable searchenv index manifest ({exc})") from None
+
+
+def check_manifest(directory: Path, expected: IndexManifest) -> bool:
+    """``True`` if ``directory`` holds a finished index matching ``expected``, ``False`` if there is nothing there.
+
+    Raises :class:`IndexMismatchError` for an index built from something else, and for a non-empty directory that
+    is not an index at all (we never write into, or delete, a directory we did not create).
+    """
+    if not directory.exists() or (directory.is_dir() and not any(directory.iterdir())):
+        return False
+    if not (directory / MANIFEST_NAME).is_file():
+        raise IndexMismatchError(
+            f"index_dir {directory} exists and is not empty but holds no {MANIFEST_NAME}: it is not a searchenv "
+            "index. Pass an empty or new directory, or delete this one."
+        )
+    found = IndexManifest.read(directory)
+    rebuild = f"To rebuild, delete {directory} (or pass rebuild=True) and create the retriever again."
+    if found.corpus_checksum != expected.corpus_checksum:
+        raise IndexMismatchError(
+            f"index {directory} was built from a different corpus: the index records corpus checksum "
+            f"{found.corpus_checksum} ({found.corpus_size} passages, {found.corpus_source or 'unknown source'}), "
+            f"the corpus given has checksum {expected.corpus_checksum} ({expected.corpus_size} passages, "
+            f"{expected.corpus_source}). {rebuild}"
+        )
+    for name in ("engine", "engine_version"):
+        if getattr(found, name) != getattr(expected, name):
+            raise IndexMismatchError(
+                f"index {directory} was built with {name} {getattr(found, name)!r}, but {getattr(expected, name)!r} "
+                f"was asked for. Use the matching engine, or rebuild: {rebuild}"
+            )
+    if dict(found.params) != dict(expected.params):
+        raise IndexMismatchError(
+            f"index {directory} was built with parameters {dict(found.params)}, but {dict(expected.params)} were "
+            f"asked for (they are baked into the index). {rebuild}"
+        )
+    return True
+
+
+def open_or_build(
+    directory: Path, manifest: IndexManifest, build: Callable[[Path], T], load: Callable[[Path], T], rebuild: bool
+) -> T:
+    """Load the index at ``directory`` if it matches ``manifest``; otherwise build it there and return the result.
+
+    ``rebuild`` replaces an existing searchenv index whatever it was built from (a foreign directory is still
+    refused). ``build`` may return ``None`` to have the finished directory loaded instead.
+    """
+    directory = directory.absolute()
+    if rebuild and (directory / MANIFEST_NAME).is_file():
+        shutil.rmtree(directory)
+    if check_manifest(directory, manifest):
+        return load(directory)
+    built = build_into(directory, manifest, build)
+    return load(directory) if built is None else built
+
+
+def build_into(directory: Path, manifest: IndexManifest, build: Callable[[Path], T]) -> T:
+    """Run ``build(scratch_dir)``, write the manifest, then move the result to an empty or missing ``directory``
+    in one rename; returns what ``build`` returned."""
+    directory = directory.absolute()
+    scratch = directory.with_name(f".{directory.name}.building-{os.getpid()}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    try:
+        built = build(scratch)
+        stamped = IndexManifest(**{**asdict(manifest), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        (scratch / MANIFEST_NAME).write_text(stamped.to_json(), encoding="utf-8")
+        if directory.exists():
+            directory.rmdir()  # check_manifest established it is empty
+        scratch.rename(directory)
+        return built
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,271 @@
+"""RemoteRetriever against real servers on loopback: searchenv's, a Search-R1-only one, slow, down and killed ones."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pickle
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from searchenv.retrievers import make_retriever
+from searchenv.retrievers.random_retriever import RandomRetriever
+from searchenv.retrievers.remote import RemoteRetriever, RetrievalServiceError
+from searchenv.retrievers.server import ServerConfig, create_app, free_port, serve_in_thread, spawn_server
+
+from searchenv.types import Corpus
+
+CORPUS_PATH = Path("/work/shared/data/corpus/hotpotqa_hipporag.jsonl")
+QUERIES = ["who wrote hamlet", "capital of peru", "who wrote hamlet", "largest moon of saturn"]
+
+
+@pytest.fixture(scope="module")
+def engine() -> RandomRetriever:
+    return RandomRetriever(Corpus.from_jsonl(CORPUS_PATH), seed=7)
+
+
+@pytest.fixture(scope="module")
+def url(engine: RandomRetriever) -> Iterator[str]:
+    with serve_in_thread(create_app(ServerConfig(max_queries=8, token=None), retriever=engine)) as base:
+        yield base
+
+
+class SearchR1Handler(BaseHTTPRequestHandler):
+    """Speaks only Search-R1's ``/retrieve``: a ``queries`` list, and ``return_scores`` must be true."""
+
+    server: SearchR1Server
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.bodies.append(body)
+        time.sleep(self.server.delay)
+        if not isinstance(body.get("queries"), list):
+            return self._reply(422, {"detail": [{"loc": ["body", "queries"], "msg": "Field required"}]})
+        if not body.get("return_scores"):
+            return self._reply(500, {"detail": "Internal Server Error"})  # what Search-R1 does here
+        hits = self.server.engine.search(body["queries"], body.get("topk") or 3)
+        result = [[{"document": {"id": p.id, "contents": p.contents}, "score": p.score} for p in h] for h in hits]
+        return self._reply(200, {"result": result})
+
+    def _reply(self, status: int, payload: object) -> None:
+        data = self.server.override if self.server.override is not None else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class SearchR1Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, engine: RandomRetriever):
+        super().__init__(("127.0.0.1", 0), SearchR1Handler)
+        self.engine = engine
+        self.bodies: list[dict[str, object]] = []
+        self.delay = 0.0
+        self.override: bytes | None = None
+
+
+@pytest.fixture
+def search_r1(engine: RandomRetriever) -> Iterator[SearchR1Server]:
+    server = SearchR1Server(engine)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def base_of(server: SearchR1Server) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_results_equal_the_engine_for_both_url_forms(url: str, engine: RandomRetriever) -> None:
+    for address in (url, f"{url}/", f"{url}/retrieve"):
+        with RemoteRetriever(address) as remote:
+            assert remote.search(QUERIES, 3) == engine.search(QUERIES, 3)
+            assert remote.search([], 3) == []
+            assert remote.requests == 1 and remote.failures == 0
+
+
+def test_make_retriever_builds_a_remote_client(url: str, engine: RandomRetriever) -> None:
+    remote = make_retriever(url, None, timeout=5, on_error="empty")
+    assert isinstance(remote, RemoteRetriever) and remote.on_error == "empty"
+    assert remote.search(QUERIES[:1], 2) == engine.search(QUERIES[:1], 2)
+    assert remote.health()["ready"] is True
+
+
+def test_talks_to_a_search_r1_only_server(search_r1: SearchR1Server, engine: RandomRetriever) -> None:
+    remote = RemoteRetriever(base_of(search_r1) + "/retrieve")
+    assert remote.search(QUERIES, 3) == engine.search(QUERIES, 3)
+    assert search_r1.bodies == [{"queries": QUERIES, "topk": 3, "return_scores": True}]  # one batched request
+
+
+def test_asearch_does_not_block_the_event_loop(search_r1: SearchR1Server, engine: RandomRetriever) -> None:
+    search_r1.delay = 0.2
+    remote = RemoteRetriever(base_of(search_r1))
+
+    async def main() -> tuple[list[object], int]:
+        ticks = 0
+        done = asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        tick_task = asyncio.create_task(ticker())
+        results = await asyncio.gather(*(remote.asearch([q], 2) for q in QUERIES))
+        done.set()
+        await tick_task
+        await remote.aclose()
+        return results, ticks
+
+    results, ticks = asyncio.run(main())
+    assert results == [engine.search([q], 2) for q in QUERIES]
+    assert ticks > 1  # the loop kept running while four requests were in flight
+    assert len(search_r1.bodies) == 4
+    # a second event loop gets its own pooled client instead of reusing one bound to a closed loop
+    assert asyncio.run(remote.asearch(QUERIES[:1], 1)) == engine.search(QUERIES[:1], 1)
+
+
+def test_slow_server_times_out_then_recovers(search_r1: SearchR1Server, engine: RandomRetriever) -> None:
+    search_r1.delay = 1.0
+    strict = RemoteRetriever(base_of(search_r1), timeout=0.2, retries=1, backoff=0.0)
+    with pytest.raises(RetrievalServiceError, match="timed out after 0.2s") as caught:
+        strict.search(QUERIES, 3)
+    assert caught.value.url == f"{base_of(search_r1)}/retrieve" and caught.value.attempts == 2
+    assert caught.value.retryable and base_of(search_r1) in str(caught.value)
+
+    lenient = RemoteRetriever(base_of(search_r1), timeout=0.2, retries=0, on_error="empty")
+    assert lenient.search(QUERIES, 3) == [[], [], [], []]
+    assert lenient.failures == 1 and "timed out" in lenient.last_errors[-1]
+    results, error = lenient.search_or_error(QUERIES[:1], 3)
+    assert results == [[]] and isinstance(error, RetrievalServiceError) and lenient.failures == 2
+
+    search_r1.delay = 0.0
+    assert lenient.search(QUERIES, 3) == engine.search(QUERIES, 3)  # same client, no restart
+    assert lenient.failures == 2
+
+
+def test_service_down_raise_or_empty() -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    strict = RemoteRetriever(dead, retries=2, backoff=0.01)
+    with pytest.raises(RetrievalServiceError, match="failed after 3 attempt") as caught:
+        strict.search(["q"], 3)
+    assert dead in str(caught.value) and "ConnectError" in caught.value.reason
+    assert strict.failures == 1 and strict.retried == 2
+
+    lenient = RemoteRetriever(dead, retries=0, on_error="empty")
+    assert lenient.search(["a", "b"], 3) == [[], []]
+    assert asyncio.run(lenient.asearch(["c"], 3)) == [[]]
+    assert lenient.failures == 2 and len(lenient.last_errors) == 2
+
+
+def test_refused_requests_are_not_retried(url: str) -> None:
+    remote = RemoteRetriever(url, retries=5, backoff=1.0)
+    with pytest.raises(RetrievalServiceError, match="HTTP 413.*too_many_queries") as caught:
+        remote.search([f"q{i}" for i in range(9)], 3)  # the server allows 8 per request
+    assert caught.value.attempts == 1 and not caught.value.retryable and remote.retried == 0
+
+
+def test_bearer_token_is_sent(engine: RandomRetriever) -> None:
+    with serve_in_thread(create_app(ServerConfig(token="tok"), retriever=engine)) as base:
+        assert RemoteRetriever(base, token="tok").search(["x"], 1) == engine.search(["x"], 1)
+        with pytest.raises(RetrievalServiceError, match="HTTP 401"):
+            RemoteRetriever(base, token="nope").search(["x"], 1)
+
+
+@pytest.mark.parametrize(
+    "reply", [b"<html>oops</html>", b'{"result": [[]]}', b'{"answers": []}', b'{"result": [[{"document": 3}]] }']
+)
+def test_malformed_responses_are_clear_errors(search_r1: SearchR1Server, reply: bytes) -> None:
+    search_r1.override = reply
+    with pytest.raises(RetrievalServiceError, match="not JSON|not Search-R1's format") as caught:
+        RemoteRetriever(base_of(search_r1), retries=3).search(["a", "b"], 2)
+    assert caught.value.attempts == 1
+
+
+def test_bad_arguments_are_rejected_with_the_fix() -> None:
+    with pytest.raises(ValueError, match="on_error must be"):
+        RemoteRetriever("http://127.0.0.1:1", on_error="ignore")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="http://host:port"):
+        RemoteRetriever("127.0.0.1:8000")
+    remote = RemoteRetriever("http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="positive integer"):
+        remote.search(["q"], 0)
+    with pytest.raises(TypeError, match="wrap a single query"):
+        remote.search("q", 3)
+
+
+def test_pickled_client_reconnects(url: str, engine: RandomRetriever) -> None:
+    remote = RemoteRetriever(url, on_error="empty")
+    remote.search(["warm"], 1)  # holds a live connection pool now
+    copy = pickle.loads(pickle.dumps(remote))
+    assert copy.search(QUERIES, 2) == engine.search(QUERIES, 2) and copy.on_error == "empty"
+
+
+SLOW_ENGINE = """
+import pathlib, time
+from searchenv.retrievers.random_retriever import RandomRetriever
+
+
+class Slow(RandomRetriever):
+    def __init__(self, corpus, delay=0.0, marker=None, **options):
+        super().__init__(corpus, **options)
+        self.delay, self.marker = delay, marker
+
+    def search(self, queries, k):
+        if self.marker:
+            pathlib.Path(self.marker).touch()
+        time.sleep(self.delay)
+        return super().search(queries, k)
+"""
+
+
+def test_server_killed_mid_batch_and_restarted(tmp_path: Path, engine: RandomRetriever) -> None:
+    (tmp_path / "slow_engine.py").write_text(SLOW_ENGINE)
+    marker = tmp_path / "searching"
+    common = ["--corpus", str(CORPUS_PATH), "--option", "seed=7"]
+    slow = ["--retriever", "slow_engine:Slow", "--option", "delay=60", "--option", f"marker={marker}"]
+    first, base = spawn_server([*slow, *common], env={"PYTHONPATH": str(tmp_path)})
+    port = int(base.rsplit(":", 1)[1])
+    client = RemoteRetriever(base, timeout=30, retries=12, backoff=0.05, max_backoff=0.5, on_error="empty", seed=0)
+    outcome: dict[str, object] = {}
+    worker = threading.Thread(target=lambda: outcome.update(result=client.search_or_error(QUERIES, 3)))
+    second = None
+    try:
+        worker.start()
+        for _ in range(600):
+            if marker.exists():
+                break
+            time.sleep(0.01)
+        assert marker.exists(), "the batch never reached the server"
+        first.kill()  # mid-batch: the engine is inside search()
+        first.wait(timeout=10)
+
+        probe = RemoteRetriever(base, retries=0, on_error="empty")  # while down: empty results, failure recorded
+        assert probe.search(["down?"], 3) == [[]] and probe.failures == 1
+        assert "ConnectError" in probe.last_errors[-1]
+
+        second, _ = spawn_server(["--retriever", "random", *common], port=port)
+        worker.join(timeout=30)
+        assert not worker.is_alive()
+        results, error = outcome["result"]  # type: ignore[misc]
+        assert error is None and results == engine.search(QUERIES, 3)  # the batch finished after retries
+        assert client.retried >= 1 and client.failures == 0 and client.last_errors  # the outage is on record
+        assert client.search(["after restart"], 2) == engine.search(["after restart"], 2)  # same client
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)

@@ -1,0 +1,282 @@
+"""The retrieval service over real HTTP on loopback: wire format, limits, auth, cache, batching, processes, Ray."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import httpx
+import pytest
+from searchenv.retrievers.random_retriever import RandomRetriever
+from searchenv.retrievers.server import (
+    ServerConfig,
+    add_serve_parser,
+    config_from_args,
+    create_app,
+    serve_in_thread,
+    spawn_server,
+)
+
+from searchenv.types import Corpus, Passage
+
+DATA = Path("/work/shared/data")
+CORPUS_PATH = DATA / "corpus" / "hotpotqa_hipporag.jsonl"
+
+
+@pytest.fixture(scope="module")
+def corpus() -> Corpus:
+    return Corpus.from_jsonl(CORPUS_PATH)
+
+
+@pytest.fixture(scope="module")
+def engine(corpus: Corpus) -> RandomRetriever:
+    return RandomRetriever(corpus, seed=7)
+
+
+@pytest.fixture(scope="module")
+def url(engine: RandomRetriever) -> Iterator[str]:
+    config = ServerConfig(corpus=str(CORPUS_PATH), max_queries=64, max_query_chars=200, max_body_bytes=20_000)
+    with serve_in_thread(create_app(config, retriever=engine)) as base:
+        yield base
+
+
+def post(base: str, body: object | bytes, **kwargs: object) -> httpx.Response:
+    if isinstance(body, bytes):
+        return httpx.post(f"{base}/retrieve", content=body, **kwargs)  # type: ignore[arg-type]
+    return httpx.post(f"{base}/retrieve", json=body, **kwargs)  # type: ignore[arg-type]
+
+
+def as_wire(passages: list[Passage]) -> list[dict[str, object]]:
+    return [{"document": {"id": p.id, "contents": p.contents}, "score": p.score} for p in passages]
+
+
+def test_search_r1_body_gets_search_r1_answer(url: str, engine: RandomRetriever) -> None:
+    queries = ["who wrote hamlet", "capital of peru"]
+    response = post(url, {"queries": queries, "topk": 3, "return_scores": True})
+    assert response.status_code == 200
+    assert response.json() == {"result": [as_wire(hits) for hits in engine.search(queries, 3)]}
+    contents = response.json()["result"][0][0]["document"]["contents"]
+    assert contents.startswith('"') and '"\n' in contents
+
+
+def test_without_scores_items_are_bare_documents(url: str, engine: RandomRetriever) -> None:
+    queries = ["a", "b"]  # Search-R1's own server answers exactly this case with HTTP 500 or wrong data
+    response = post(url, {"queries": queries, "topk": 2, "return_scores": False})
+    expected = [[{"id": p.id, "contents": p.contents} for p in hits] for hits in engine.search(queries, 2)]
+    assert response.json() == {"result": expected}
+
+
+@pytest.mark.parametrize("key", ["topk", "top_k", "k"])
+def test_single_query_and_k_aliases(url: str, engine: RandomRetriever, key: str) -> None:
+    response = post(url, {"query": "skyrl style", key: 2, "return_scores": True})
+    assert response.json() == {"result": [as_wire(engine.search(["skyrl style"], 2)[0])]}
+
+
+def test_default_k_and_empty_batch(url: str) -> None:
+    assert [len(hits) for hits in post(url, {"queries": ["x", "y"]}).json()["result"]] == [3, 3]
+    assert post(url, {"queries": []}).json() == {"result": []}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        (b"{not json", 400, "invalid_json"),
+        (b"\xff\xfe", 400, "invalid_json"),
+        (b"[1, 2]", 400, "invalid_body"),
+        ({"topk": 3}, 422, "missing_queries"),
+        ({"query": "a", "queries": ["b"]}, 422, "missing_queries"),
+        ({"queries": "one string"}, 422, "invalid_queries"),
+        ({"queries": ["ok", 5]}, 422, "invalid_queries"),
+        ({"query": ["list"]}, 422, "invalid_queries"),
+        ({"queries": ["a"], "topk": 0}, 422, "invalid_topk"),
+        ({"queries": ["a"], "topk": 101}, 422, "invalid_topk"),
+        ({"queries": ["a"], "topk": "3"}, 422, "invalid_topk"),
+        ({"queries": ["a"], "topk": True}, 422, "invalid_topk"),
+        ({"queries": ["a"], "topk": 3, "k": 4}, 422, "conflicting_topk"),
+        ({"queries": ["a"], "return_scores": "yes"}, 422, "invalid_return_scores"),
+        ({"queries": ["q"] * 65}, 413, "too_many_queries"),
+        ({"queries": ["x" * 201]}, 413, "query_too_long"),
+        ({"queries": ["y" * 150] * 200}, 413, "body_too_large"),
+    ],
+)
+def test_bad_requests_get_clear_4xx_and_server_keeps_serving(url: str, body: object, status: int, code: str) -> None:
+    response = post(url, body)
+    assert response.status_code == status
+    assert response.json()["error"] == code
+    assert response.json()["detail"]  # says what to fix
+    assert post(url, {"queries": ["still alive"]}).status_code == 200
+
+
+def test_chunked_body_over_limit_is_refused(url: str) -> None:
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit must hold while streaming
+        yield b'{"queries": ["'
+        for _ in range(30):
+            yield b"z" * 1000
+        yield b'"]}'
+
+    response = httpx.post(f"{url}/retrieve", content=chunks())
+    assert response.status_code == 413 and response.json()["error"] == "body_too_large"
+
+
+def test_garbage_on_the_socket_does_not_kill_the_server(url: str) -> None:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"\x00\x01 NOT HTTP AT ALL\r\n\r\n")
+        sock.recv(1024)
+    assert post(url, {"queries": ["after garbage"]}).status_code == 200
+
+
+def test_health_reports_engine_corpus_and_cache_hits(url: str, corpus: Corpus) -> None:
+    before = httpx.get(f"{url}/health").json()
+    assert before["ready"] and before["engine"] == "random" and before["corpus"]["size"] == len(corpus)
+    group = ["same grpo question"] * 8  # a GRPO group repeats one query
+    post(url, {"queries": group, "topk": 3})
+    post(url, {"queries": group, "topk": 3})
+    after = httpx.get(f"{url}/health").json()
+    assert after["cache"]["hits"] - before["cache"]["hits"] == 8  # the whole second request
+    assert after["batching"]["queries"] - before["batching"]["queries"] == 1  # repeats searched once
+    assert 0 < after["cache"]["hit_rate"] <= 1
+
+
+class SlowRetriever:
+    """A real engine made slow (and breakable on one query) to observe batching and isolation."""
+
+    name = "slow-random"
+
+    def __init__(self, inner: RandomRetriever, delay: float):
+        self.inner, self.delay, self.calls = inner, delay, []
+        self.corpus = inner.corpus
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        self.calls.append(list(queries))
+        time.sleep(self.delay)
+        if "boom" in queries:
+            raise ValueError("cannot search 'boom'")
+        return self.inner.search(queries, k)
+
+
+async def _concurrent(base: str, bodies: list[dict[str, object]]) -> list[httpx.Response]:
+    async with httpx.AsyncClient(timeout=30) as client:
+        return await asyncio.gather(*(client.post(f"{base}/retrieve", json=b) for b in bodies))
+
+
+def test_concurrent_requests_are_merged_and_a_bad_query_fails_only_its_request(engine: RandomRetriever) -> None:
+    slow = SlowRetriever(engine, delay=0.1)
+    config = ServerConfig(cache_size=0, batch_wait_ms=20)
+    with serve_in_thread(create_app(config, retriever=slow)) as base:
+        bodies: list[dict[str, object]] = [{"queries": [f"q{i}", "shared"], "topk": 2} for i in range(12)]
+        bodies.append({"queries": ["boom"], "topk": 2})
+        responses = asyncio.run(_concurrent(base, bodies))
+        health = httpx.get(f"{base}/health").json()
+    for body, response in zip(bodies[:-1], responses[:-1], strict=True):
+        expected = [[{"id": p.id, "contents": p.contents} for p in hits] for hits in engine.search(body["queries"], 2)]
+        assert response.json() == {"result": expected}
+    assert responses[-1].status_code == 500
+    assert "cannot search 'boom'" in responses[-1].json()["detail"]
+    assert health["batching"]["requests"] == 13
+    assert health["batching"]["batches"] < 13  # requests that waited on a running batch were merged
+    merged = [call for call in slow.calls if len(call) > 2]
+    assert merged and all(call.count("shared") == 1 for call in merged)  # duplicates searched once
+
+
+def test_bearer_token(engine: RandomRetriever) -> None:
+    with serve_in_thread(create_app(ServerConfig(token="s3cret"), retriever=engine)) as base:
+        assert post(base, {"queries": ["a"]}).status_code == 401
+        assert post(base, {"queries": ["a"]}, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert post(base, {"queries": ["a"]}, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert httpx.get(f"{base}/health").json()["auth"] is True
+
+
+def test_engine_that_cannot_be_built_is_reported_not_fatal(tmp_path: Path) -> None:
+    config = ServerConfig(retriever="random", corpus=str(CORPUS_PATH), options={"no_such_option": 1})
+    with serve_in_thread(create_app(config)) as base:
+        for _ in range(200):
+            health = httpx.get(f"{base}/health")
+            if health.json()["status"] != "loading":
+                break
+            time.sleep(0.02)
+        assert health.status_code == 503 and "no_such_option" in health.json()["error"]
+        refused = post(base, {"queries": ["a"]})
+        assert refused.status_code == 503 and refused.json()["error"] == "retriever_failed"
+
+
+def test_cli_arguments_default_to_loopback_and_reject_missing_corpus(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_serve_parser(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--corpus", str(CORPUS_PATH), "--option", "seed=3", "--option", "engine=bm25s"])
+    assert args.host == "127.0.0.1" and args.func.__name__ == "run_serve"
+    config = config_from_args(args)
+    assert config.options == {"seed": 3, "engine": "bm25s"} and config.token is None
+    missing = parser.parse_args(["serve", "--corpus", str(tmp_path / "nope.jsonl")])
+    with pytest.raises(SystemExit, match="corpus file not found"):
+        config_from_args(missing)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--corpus", str(CORPUS_PATH), "--option", "noequals"])
+
+
+def test_worker_processes_serve_one_index(engine: RandomRetriever) -> None:
+    process, base = spawn_server(
+        ["--retriever", "random", "--corpus", str(CORPUS_PATH), "--option", "seed=7", "--workers", "2"]
+    )
+    try:
+        queries = [f"worker query {i}" for i in range(6)]
+        expected = [[{"id": p.id, "contents": p.contents} for p in hits] for hits in engine.search(queries, 3)]
+        for _ in range(6):  # fresh connections land on either worker; all must answer identically
+            with httpx.Client(base_url=base, timeout=10) as client:
+                assert client.post("/retrieve", json={"queries": queries}).json() == {"result": expected}
+                assert client.post("/retrieve", content=b'{"queries": [1]}').status_code == 422
+        assert process.poll() is None
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def test_bm25_engine_over_http_matches_in_process() -> None:
+    bm25 = pytest.importorskip("searchenv.retrievers.bm25")
+    corpus = Corpus.from_jsonl(CORPUS_PATH)
+    engine = bm25.BM25Retriever(corpus)
+    questions = [json.loads(line)["question"] for line in (DATA / "qa" / "hotpotqa_100.jsonl").open()][:20]
+    with serve_in_thread(create_app(ServerConfig(), retriever=engine)) as base:
+        got = post(base, {"queries": questions, "topk": 3, "return_scores": True}).json()["result"]
+    want = engine.search(questions, 3)
+    assert [[h["document"]["id"] for h in hits] for hits in got] == [[p.id for p in hits] for hits in want]
+    assert [[h["score"] for h in hits] for hits in got] == pytest.approx([[p.score for p in hits] for hits in want])
+
+
+@pytest.mark.slow
+def test_ray_serve_replicas_answer_like_the_app(engine: RandomRetriever) -> None:
+    ray = pytest.importorskip("ray")
+    serve = pytest.importorskip("ray.serve")
+    from searchenv.retrievers.ray_serve import build_application
+    from searchenv.retrievers.server import free_port
+
+    port = free_port()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        config = ServerConfig(retriever="random", corpus=str(CORPUS_PATH), options={"seed": 7})
+        serve.run(build_application(config, replicas=2, num_cpus=0.5), name="searchenv", route_prefix="/")
+        base = f"http://127.0.0.1:{port}"
+        queries = ["ray one", "ray two"]
+        expected = {"result": [as_wire(hits) for hits in engine.search(queries, 2)]}
+        for _ in range(8):  # Ray routes each request to one of the replicas; all answer identically
+            response = post(base, {"queries": queries, "topk": 2, "return_scores": True}, timeout=30)
+            assert response.json() == expected
+        assert post(base, b"not json", timeout=30).status_code == 400
+        deployment = serve.status().applications["searchenv"].deployments["searchenv-retrieval"]
+        assert deployment.replica_states.get("RUNNING") == 2
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def test_in_thread_server_stops_cleanly(engine: RandomRetriever) -> None:
+    with serve_in_thread(create_app(ServerConfig(), retriever=engine)) as base:
+        assert httpx.get(f"{base}/health").status_code == 200
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{base}/health")

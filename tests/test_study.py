@@ -1,0 +1,96 @@
+"""``searchenv study`` end to end on real HotpotQA questions, through the real CLI wiring."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from searchenv.cli import main
+from searchenv.study import StudyRow, answer_recall
+from searchenv.types import Corpus, Passage, QAExample
+
+pytest.importorskip("faiss")
+pytest.importorskip("transformers")
+
+ENGINES = ["random", "bm25", "e5-hnsw", "e5-exact"]
+
+
+@pytest.fixture(scope="module")
+def small_setup(shared_data, tmp_path_factory):
+    """The first 12 HotpotQA questions and a 100-passage corpus holding their gold paragraphs plus distractors."""
+    from searchenv.reward_specs.metrics import answer_in_passages
+
+    questions = [json.loads(line) for line in (shared_data / "qa" / "hotpotqa_100.jsonl").open()][:12]
+    full = Corpus.from_jsonl(shared_data / "corpus" / "hotpotqa_hipporag.jsonl")
+    gold = {
+        i
+        for q in questions
+        for i in range(len(full))
+        if answer_in_passages(q["golden_answers"], [full.search_text(i)]) and q["golden_answers"] != ["yes"]
+    }
+    keep = sorted(gold)[:60] + [i for i in range(len(full)) if i not in gold][: 100 - min(len(gold), 60)]
+    root = tmp_path_factory.mktemp("study")
+    corpus = Corpus([full.ids[i] for i in keep], [full.titles[i] for i in keep], [full.texts[i] for i in keep])
+    corpus.to_jsonl(root / "corpus.jsonl")
+    return root, shared_data / "qa" / "hotpotqa_100.jsonl"
+
+
+def read_rows(path) -> list[dict[str, str]]:
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_study_writes_table_and_plot_and_reuses_its_indexes(small_setup, capsys):
+    root, dataset = small_setup
+    args = ["study", "--dataset", str(dataset), "--corpus", str(root / "corpus.jsonl"), "--engines", ",".join(ENGINES),
+            "--k", "5,1,3", "--output", str(root / "out"), "--encoder", "minilm", "--limit", "12",
+            "--index-root", str(root / "indexes"), "--latency-queries", "3"]  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert all(engine in printed for engine in ENGINES) and "R@3=" in printed
+    rows = read_rows(root / "out" / "study.csv")
+    assert len(rows) == len(ENGINES) * 3
+    assert set(StudyRow.__dataclass_fields__) == set(rows[0])
+    recall = {(r["engine"], int(r["k"])): float(r["recall"]) for r in rows}
+    for engine in ENGINES:
+        assert recall[engine, 1] <= recall[engine, 3] <= recall[engine, 5]
+    assert all(r["dataset"] == "hotpotqa_100" and r["n_questions"] == "12" for r in rows)
+    assert all(float(r["qps"]) > 0 and float(r["mean_latency_ms"]) > 0 for r in rows)
+    assert recall["e5-exact", 5] >= 0.5 and recall["bm25", 5] >= 0.5
+    assert recall["e5-exact", 5] > recall["random", 5] and recall["bm25", 5] > recall["random", 5]
+    assert (root / "out" / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    records = sorted((root / "indexes").glob("*/exact.json"))
+    assert len(records) == 1 and (records[0].parent / "hnsw.json").exists()
+    stamp = records[0].stat().st_mtime_ns
+    assert main([*args[:6], "e5-exact", *args[7:]]) == 0  # second run: searches only
+    assert records[0].stat().st_mtime_ns == stamp
+
+
+def test_answer_recall_counts_a_hit_within_the_first_k_passages():
+    examples = [QAExample("1", "q1", ("Paris",)), QAExample("2", "q2", ("Berlin",))]
+    results = [
+        [Passage("a", "France", "the capital is Paris"), Passage("b", "x", "y")],
+        [Passage("c", "x", "nothing here"), Passage("d", "Germany", "capital: Berlin.")],
+    ]
+    assert answer_recall(examples, results, 1) == 0.5
+    assert answer_recall(examples, results, 2) == 1.0
+
+
+def test_study_arguments_are_checked(small_setup, capsys):
+    root, dataset = small_setup
+    assert main(["study", "--dataset", str(dataset), "--engines", "random", "--output", str(root / "x")]) == 2
+    assert "needs --corpus" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["study", "--dataset", str(dataset), "--k", "0,3", "--output", str(root / "x")])
+    assert "at least 1" in capsys.readouterr().err
+
+
+def test_study_on_the_generated_world(tmp_path):
+    pytest.importorskip("searchenv.world", reason="searchenv.world is written by another helper")
+    args = ["study", "--dataset", "world", "--engines", "random,bm25", "--k", "1,3", "--limit", "30",
+            "--output", str(tmp_path / "out"), "--index-root", str(tmp_path / "idx"), "--latency-queries", "2"]  # fmt: skip
+    assert main(args) == 0
+    recall = {(r["engine"], int(r["k"])): float(r["recall"]) for r in read_rows(tmp_path / "out" / "study.csv")}
+    assert recall["bm25", 3] > recall["random", 3]
