@@ -69,6 +69,7 @@ class PPOConfig:
     top_p: float = 1.0
     max_new_tokens: int = 64  # [max response 500 per turn]
     max_total_tokens: int = 1024  # [max sequence 4096]
+    chat_template: bool | None = None  # None: the tokenizer's chat template when it has one
     steps: int = 2  # [500-600 steps]
     save_every: int = 0  # 0 = only at the end (when output_dir is set) [100]
     seed: int = 0
@@ -103,7 +104,9 @@ class PPOConfig:
 
     @property
     def sampling(self) -> SamplingConfig:
-        return SamplingConfig(self.temperature, self.top_p, self.max_new_tokens, self.max_total_tokens)
+        return SamplingConfig(
+            self.temperature, self.top_p, self.max_new_tokens, self.max_total_tokens, chat_template=self.chat_template
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ environment, the reward reads the answer from the model's text only, so a retrie
 
 Configuration (``environment.skyrl_gym.searchenv`` in SkyRL's config) takes SearchQAEnv keyword arguments
 (``retriever``, ``corpus``, ``reward``, ``topk``, ``protocol``, ``budget``, ``retriever_options``, …) plus
-``prompt``: ``"dataset"`` (default; the row's conversation is used as it is) or ``"env"`` (the last user
-message is replaced by the environment's prompt for the row's question). ``max_turns`` comes from SkyRL's
+``prompt``: ``"auto"`` (default), ``"dataset"`` or ``"env"`` — which conversation the model starts from
+(:func:`searchenv.adapters.verl_data.choose_conversation`). ``max_turns`` comes from SkyRL's
 ``generator.max_turns`` (through ``extras``) and is the action budget B, every turn counting.
 """
 
@@ -20,16 +20,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from searchenv.adapters.verl_data import (
+    PROMPT_MODES,
+    SKYRL_ENV_CLASS,
+    choose_conversation,
+    episode_env,
+    plain,
+    row_example,
+)
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
 
-from searchenv.adapters.verl_data import SKYRL_ENV_CLASS, episode_env, plain, row_example, with_env_prompt
 from searchenv.data import example_from_row
 from searchenv.types import QAExample
 
 __all__ = ["ENV_ID", "SearchQASkyRLEnv", "register_skyrl_env"]
 
 ENV_ID = SKYRL_ENV_CLASS
-_PROMPT_SOURCES = ("dataset", "env")
 
 
 def register_skyrl_env() -> None:
@@ -46,8 +52,12 @@ def _example(extras: Mapping[str, Any], prompt: Any) -> QAExample:
         if key in extras:
             spec = extras[key] or {}
             if "ground_truth" not in spec:
-                raise ValueError(f"extras[{key!r}] has no 'ground_truth'; expected {{'ground_truth': {{'target': [...]}}}}")
-            return row_example(spec["ground_truth"], extras.get("extra_info"), prompt or None, extras.get("data_source"))
+                raise ValueError(
+                    f"extras[{key!r}] has no 'ground_truth'; expected {{'ground_truth': {{'target': [...]}}}}"
+                )
+            return row_example(
+                spec["ground_truth"], extras.get("extra_info"), prompt or None, extras.get("data_source")
+            )
     try:
         return example_from_row(extras)
     except ValueError as exc:
@@ -70,9 +80,9 @@ class SearchQASkyRLEnv(BaseTextEnv):
         super().__init__()
         options = dict(plain(env_config) or {})
         self.extras = dict(plain(extras) or {})
-        self.prompt_source = options.pop("prompt", "dataset")
-        if self.prompt_source not in _PROMPT_SOURCES:
-            raise ValueError(f"env_config.prompt must be one of {_PROMPT_SOURCES}, got {self.prompt_source!r}")
+        self.prompt_mode = options.pop("prompt", "auto")
+        if self.prompt_mode not in PROMPT_MODES:
+            raise ValueError(f"env_config.prompt must be one of {PROMPT_MODES}, got {self.prompt_mode!r}")
         self.max_turns = int(self.extras.get("max_turns", options.pop("max_turns", 4)))
         self.options = {**options, "max_turns": self.max_turns}
         self.env: Any = None  # the SearchQAEnv, built in init() once the prompt is known
@@ -81,10 +91,7 @@ class SearchQASkyRLEnv(BaseTextEnv):
         """Start the episode; returns the conversation the model sees and the reset info."""
         example = _example(self.extras, prompt)
         self.env, info = episode_env(example, self.options)
-        conversation = plain(prompt) if self.prompt_source == "dataset" and prompt else None
-        if conversation is None:
-            conversation = with_env_prompt(prompt, self.env.episode.prompt)
-        return conversation, info
+        return choose_conversation(prompt, self.env.episode.prompt, self.env.protocol, self.prompt_mode), info
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """Apply one model turn; observations are ``[]`` once the episode is over.

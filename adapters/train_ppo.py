@@ -19,7 +19,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "build_parser", "main", "plot_log"]
+__all__ = ["add_parser", "build_parser", "main", "plot_log", "with_demonstration"]
 
 #: Columns drawn by :func:`plot_log`: (metric key, panel title).
 PLOTTED = (
@@ -41,6 +41,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     env.add_argument("--topk", type=int, default=3)
     env.add_argument("--max-turns", type=int, default=4, help="action budget B")
     env.add_argument("--protocol", default="search-r1")
+    env.add_argument(
+        "--demonstration",
+        action="store_true",
+        help="prepend one worked example to the prompt (helps very small models discover the tags)",
+    )
+    env.add_argument("--max-information-words", type=int, default=400, help="passage words per information block")
 
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="smollm2-135m", help="local checkpoint dir or alias ('smollm2-135m')")
@@ -54,6 +60,14 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         value = getattr(defaults, f.name)
         if f.name == "algorithm":
             algo.add_argument(flag, default=value, choices=["ppo", "grpo", "reinforce++"])
+        elif f.name == "chat_template":
+            algo.add_argument(
+                flag,
+                default="auto",
+                choices=["auto", "on", "off"],
+                type=str,
+                help="wrap the prompt in the tokenizer's chat template ('off': plain text continuation)",
+            )
         else:
             algo.add_argument(flag, type=type(value), default=value)
 
@@ -74,6 +88,34 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     _add_arguments(parser)
     parser.set_defaults(func=run)
     return parser
+
+
+#: A worked example in the search-r1 tags; {question} is filled in by the protocol.
+_DEMONSTRATION = (
+    "Example:\nQuestion: Who founded Orvane Abbey?\n<think> I do not know, I should search. </think>\n"
+    "<search> Orvane Abbey founder </search>\n\n<information>Doc 1(Title: Orvane Abbey) Orvane Abbey was founded "
+    "by Tesk Mallor in 1210.\n</information>\n\n<think> The passage says Tesk Mallor. </think>\n"
+    "<answer> Tesk Mallor </answer>\n\n"
+)
+
+
+def with_demonstration(protocol: str) -> Any:
+    """``protocol`` with one worked example before the question.
+
+    Tiny instruct models (SmolLM2-135M) almost never write the tags from the instruction alone, which leaves
+    RL without a single rewarded sample; one demonstration, with plain-text prompting, makes them appear in
+    roughly one sample in ten, enough for GRPO to start from.
+    """
+    import dataclasses
+
+    from searchenv.protocol import get_protocol
+
+    base = get_protocol(protocol)
+    if base.name != "search-r1":
+        raise ValueError(f"--demonstration is written for the search-r1 tags, not {base.name!r}")
+    head, _, _ = base.prompt_template.partition("Question: {question}")
+    template = head + "\n\n" + _DEMONSTRATION + "Question: {question}\n"
+    return dataclasses.replace(base, name=f"{base.name}+demo", prompt_template=template)
 
 
 def plot_log(log_path: str | Path, png_path: str | Path, title: str | None = None) -> None:
@@ -117,7 +159,9 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     from searchenv.adapters.ppo import PPOConfig, Trainer
 
     torch.set_num_threads(args.threads)
-    config = PPOConfig(**{f.name: getattr(args, f.name) for f in fields(PPOConfig)})
+    values = {f.name: getattr(args, f.name) for f in fields(PPOConfig)}
+    values["chat_template"] = {"auto": None, "on": True, "off": False}[values["chat_template"]]
+    config = PPOConfig(**values)
     model, tokenizer = load_policy(args.model)
     envs = make_envs(
         config.episodes_per_step,
@@ -128,7 +172,8 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
         reward=args.reward,
         topk=args.topk,
         max_turns=args.max_turns,
-        protocol=args.protocol,
+        protocol=with_demonstration(args.protocol) if args.demonstration else args.protocol,
+        max_information_words=args.max_information_words,
     )
     if args.plot and not args.log:
         raise SystemExit("--plot needs --log (the curves are drawn from the log file)")

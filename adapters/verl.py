@@ -33,18 +33,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import uuid4
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
-
-from searchenv.adapters.verl_data import AGENT_NAME, episode_env, plain, row_example, with_env_prompt
-from searchenv.env import SearchQAEnv, step_batch_async
-from searchenv.protocol import parse_action
+from searchenv.adapters.verl_data import AGENT_NAME, PROMPT_MODES, choose_conversation, episode_env, plain, row_example
 from searchenv.reward_specs import load_reward
 from searchenv.reward_specs.base import Rollout
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+
+from searchenv.env import SearchQAEnv, step_batch_async
+from searchenv.protocol import parse_action
 from searchenv.tokenization import EpisodeTokens, cut_at_action_end
 
 __all__ = ["SearchEnvAgentLoop", "compute_score"]
-
-_PROMPT_SOURCES = ("dataset", "env")
 
 
 @register(AGENT_NAME)
@@ -54,8 +52,9 @@ class SearchEnvAgentLoop(AgentLoopBase):
     Args (besides veRL's own, which it passes on):
         env: SearchQAEnv options shared by every episode (``retriever``, ``corpus``, ``reward``, ``topk``,
             ``max_turns``, ``protocol``, ``budget``, …). The question and gold answers come from each row.
-        prompt: ``"dataset"`` (default) feeds the row's ``prompt`` messages as they are; ``"env"`` replaces
-            the last user message with the environment's prompt for the row's question.
+        prompt: ``"auto"`` (default), ``"dataset"`` or ``"env"``: whether the row's ``prompt`` messages or the
+            environment's prompt start the episode (:func:`searchenv.adapters.verl_data.choose_conversation`;
+            ``auto`` keeps the row's messages when they already name the search tag).
         max_action_tokens: cap on tokens generated per turn (Search-R1: 500); the whole response is further
             capped by ``rollout.response_length``.
         stop: pass the protocol's closing tags to the engine as stop strings (needs
@@ -67,18 +66,18 @@ class SearchEnvAgentLoop(AgentLoopBase):
         self,
         *args: Any,
         env: Mapping[str, Any] | None = None,
-        prompt: str = "dataset",
+        prompt: str = "auto",
         max_action_tokens: int = 500,
         stop: bool = True,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
-        if prompt not in _PROMPT_SOURCES:
-            raise ValueError(f"searchenv_agent: prompt must be one of {_PROMPT_SOURCES}, got {prompt!r}")
+        if prompt not in PROMPT_MODES:
+            raise ValueError(f"searchenv_agent: prompt must be one of {PROMPT_MODES}, got {prompt!r}")
         if int(max_action_tokens) < 1:
             raise ValueError(f"searchenv_agent: max_action_tokens must be positive, got {max_action_tokens!r}")
         self.env_options = dict(plain(env) or {})
-        self.prompt_source = prompt
+        self.prompt_mode = prompt
         self.max_action_tokens = int(max_action_tokens)
         self.stop = bool(stop)
         self.response_length = int(self.rollout_config.response_length)
@@ -92,12 +91,13 @@ class SearchEnvAgentLoop(AgentLoopBase):
                 "(write the data with: python -m searchenv.adapters.verl_data)"
             )
         messages = kwargs.get("raw_prompt")
-        example = row_example(reward_model["ground_truth"], kwargs.get("extra_info"), messages, kwargs.get("data_source"))
+        example = row_example(
+            reward_model["ground_truth"], kwargs.get("extra_info"), messages, kwargs.get("data_source")
+        )
         # The first episode of a config may build an index: keep that off the event loop.
         env, info = await asyncio.to_thread(episode_env, example, self.env_options)
-        if self.prompt_source == "env" or not messages:
-            messages = with_env_prompt(messages, env.episode.prompt)
-        prompt_ids = await self.ct_build_initial_tokens(plain(messages))
+        conversation = choose_conversation(messages, env.episode.prompt, env.protocol, self.prompt_mode)
+        prompt_ids = await self.ct_build_initial_tokens(conversation)
 
         tokens = EpisodeTokens(self.tokenizer, prompt_ids)
         params = dict(sampling_params)
@@ -134,12 +134,13 @@ class SearchEnvAgentLoop(AgentLoopBase):
         Tokens after the first complete search/answer tag are cut together with the text the environment
         drops; the action is decoded without special tokens (an end-of-sequence token is not part of it).
         """
+        if ids and not logprobs:
+            logprobs = None  # veRL's server client reports [] when log-probabilities were not requested
         full = self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         parsed = parse_action(full, env.protocol)
         if parsed.kind != "invalid" and parsed.dropped:
-            keep = cut_at_action_end(self.tokenizer, ids, parsed.kept)
-            ids, logprobs = ids[:keep], (logprobs[:keep] if logprobs else logprobs)
-        tokens.add_model(ids, list(logprobs) if logprobs else None)
+            ids = ids[: cut_at_action_end(self.tokenizer, ids, parsed.kept)]
+        tokens.add_model(ids, None if logprobs is None else list(logprobs[: len(ids)]))
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def _output(
@@ -183,7 +184,9 @@ def _golden_answers(ground_truth: Any) -> str | list[str]:
     if isinstance(value, Mapping):
         value = value.get("target")
     if not value or not (isinstance(value, str) or all(isinstance(v, str) for v in value)):
-        raise ValueError(f"ground_truth must be a string, a list of strings or {{'target': [...]}}, got {ground_truth!r}")
+        raise ValueError(
+            f"ground_truth must be a string, a list of strings or {{'target': [...]}}, got {ground_truth!r}"
+        )
     return value
 
 

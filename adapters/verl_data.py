@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -44,7 +45,6 @@ __all__ = [
     "plain",
     "row_example",
     "search_r1_row",
-    "with_env_prompt",
     "write_rows",
 ]
 
@@ -64,6 +64,8 @@ Trainer = Literal["verl", "skyrl"]
 _ENV_DEFAULTS: dict[str, Any] = {"retriever": "bm25", "corpus": "world", "reward": "em"}
 # Per-row fields: the adapters take them from the row, never from the trainer-wide config.
 _ROW_FIELDS = ("dataset", "split")
+# Rollout workers create their first environments from many threads at once; one builds the shared index.
+_TEMPLATE_LOCK = threading.Lock()
 
 
 def plain(value: Any) -> Any:
@@ -139,7 +141,7 @@ def row_example(
     return example_from_row(row)
 
 
-def with_env_prompt(messages: Any, prompt_text: str) -> list[dict[str, str]]:
+def _with_env_prompt(messages: Any, prompt_text: str) -> list[dict[str, str]]:
     """The conversation with its last user message replaced by the environment's prompt.
 
     System messages and earlier turns of the dataset's conversation are kept; without any user message the
@@ -164,10 +166,13 @@ def choose_conversation(messages: Any, env_prompt: str, protocol: Protocol, mode
     if mode not in PROMPT_MODES:
         raise ValueError(f"prompt mode must be one of {PROMPT_MODES}, got {mode!r}")
     conversation = [dict(m) for m in (plain(messages) or [])]
-    users = [m for m in conversation if m.get("role") == "user"]
-    if conversation and (mode == "dataset" or (mode == "auto" and users and protocol.search_tags[0] in users[-1].get("content", ""))):
+    if mode == "dataset" and conversation:
         return conversation
-    return with_env_prompt(conversation, env_prompt)
+    if mode == "auto":
+        users = [m for m in conversation if m.get("role") == "user"]
+        if users and protocol.search_tags[0] in str(users[-1].get("content", "")):
+            return conversation
+    return _with_env_prompt(conversation, env_prompt)
 
 
 @functools.lru_cache(maxsize=16)
@@ -198,7 +203,8 @@ def episode_env(example: QAExample, options: Mapping[str, Any] | None = None) ->
         key = json.dumps(merged, sort_keys=True)
     except TypeError as exc:
         raise ValueError(f"adapter env options must be plain config values (names, paths, numbers): {exc}") from None
-    template = _template_env(key)
+    with _TEMPLATE_LOCK:
+        template = _template_env(key)
     from searchenv.env import SearchQAEnv
 
     env = SearchQAEnv(dataset=[example], **{**merged, "retriever": template.retriever, "reward": template.reward_spec})
@@ -243,7 +249,9 @@ def _parser() -> argparse.ArgumentParser:
         help="split(s) to write, one <split>.parquet each (default: train and test for 'world', else test)",
     )
     parser.add_argument("--output", required=True, help="output folder")
-    parser.add_argument("--protocol", default="search-r1", help="prompt/tag protocol (search-r1, r1-searcher, r-search)")
+    parser.add_argument(
+        "--protocol", default="search-r1", help="prompt/tag protocol (search-r1, r1-searcher, r-search)"
+    )
     parser.add_argument("--trainer", choices=["verl", "skyrl"], default="verl", help="adds agent_name or env_class")
     parser.add_argument("--limit", type=int, default=None, help="keep the first N questions of each dataset")
     return parser

@@ -88,6 +88,26 @@ def recall_at(approx: np.ndarray, truth: np.ndarray) -> float:
     return float(np.mean([len(set(a) & set(t)) / truth.shape[1] for a, t in zip(approx, truth, strict=True)]))
 
 
+def measure_factory(spec: str, vectors: np.ndarray, queries: np.ndarray, truth: np.ndarray, args) -> dict:
+    """Build a faiss ``index_factory`` index (fp16 flat, IVF-PQ, ...) and measure it like the others."""
+    index = faiss.index_factory(vectors.shape[1], spec, faiss.METRIC_INNER_PRODUCT)
+    rng = np.random.default_rng(args.seed)
+    sample = vectors[np.sort(rng.choice(len(vectors), min(len(vectors), args.train_size), replace=False))]
+    _, train_s = timed(index.train, sample)
+    _, add_s = timed(index.add, vectors)
+    if "IVF" in spec:
+        faiss.extract_index_ivf(index).nprobe = args.nprobe
+    (_, approx), batched_s = timed(index.search, queries, args.k)
+    row = {"index": spec, "train_s": train_s, "add_s": add_s, "code_bytes_per_vector": index.sa_code_size(),
+           "memory_gb": len(vectors) * index.sa_code_size() / 2**30, "recall": recall_at(approx, truth),
+           "batched_qps": len(queries) / batched_s, "single_qps": single_qps(index, queries, args.k, args.single),
+           "nprobe": args.nprobe if "IVF" in spec else None}  # fmt: skip
+    print(f"{spec}: train {train_s:.1f} s, add {add_s:.1f} s, {row['code_bytes_per_vector']} B/vector "
+          f"({row['memory_gb']:.2f} GB), recall@{args.k} {row['recall']:.3f}, batched {row['batched_qps']:.1f} q/s, "
+          f"single {row['single_qps']:.1f} q/s")  # fmt: skip
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=200_000, help="vectors (synthetic source)")
@@ -103,6 +123,14 @@ def main() -> None:
     parser.add_argument("--phase", choices=["all", "build", "search"], default="all")
     parser.add_argument("--build-budget-s", type=float, default=420, help="stop adding to the graph after this")
     parser.add_argument("--cache", default=os.environ.get("SEARCHENV_BENCH_CACHE", "/tmp/searchenv-bench"))
+    parser.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        help="also measure a faiss index_factory string, e.g. SQfp16 or IVF1024,PQ64 (repeatable)",
+    )
+    parser.add_argument("--nprobe", type=int, default=32, help="IVF lists probed per query for --extra IVF indexes")
+    parser.add_argument("--train-size", type=int, default=100_000, help="training sample for --extra indexes")
     parser.add_argument("--json", default=None, help="append results as one JSON line to this file")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -176,6 +204,7 @@ def main() -> None:
         result["hnsw"].append(row)
         print(f"HNSW efSearch {ef:>3}: recall@{args.k} {row['recall']:.3f}, batched {row['batched_qps']:.0f} q/s, "
               f"single {row['single_qps']:.0f} q/s")  # fmt: skip
+    result["extra"] = [measure_factory(spec, vectors, queries, truth, args) for spec in args.extra]
     result["process_rss_gb"] = rss_gb() - base
     if args.json:
         with open(args.json, "a") as handle:

@@ -44,14 +44,16 @@ def percentiles(samples_ns: list[int]) -> tuple[float, float, float]:
 
 def overhead(steps: int, corpus: Corpus) -> list[tuple[str, float, float, float]]:
     questions = load_dataset(SHARED / "qa" / "nq_test_1000.jsonl")
-    env = SearchQAEnv(dataset=questions, retriever=ReadyPassages(corpus), reward="format")
+    envs = {reward: SearchQAEnv(dataset=questions, retriever=ReadyPassages(corpus), reward=reward) for reward in ("em", "format")}
     rows = []
     cases = {
-        "search (parse + format block)": "<think>I should look this up.</think>\n<search> {q} </search>",
-        "answer (parse + format-reward)": "<think>I know it.</think>\n<answer> {a} </answer>",
-        "invalid (parse + hint)": "I am not sure what {q} means",
+        "search (parse + format block)": ("em", "<think>I should look this up.</think>\n<search> {q} </search>"),
+        "answer (parse + `em` spec, all parts)": ("em", "<think>I know it.</think>\n<answer> {a} </answer>"),
+        "answer (parse + `format` spec, all parts)": ("format", "<think>I know it.</think>\n<answer> {a} </answer>"),
+        "invalid (parse + hint)": ("em", "I am not sure what {q} means"),
     }
-    for name, template in cases.items():
+    for name, (reward, template) in cases.items():
+        env = envs[reward]
         samples = []
         for i in range(steps):
             _, info = env.reset(options={"index": i % len(questions)})
@@ -78,13 +80,14 @@ def _time_resets(env: SearchQAEnv, steps: int) -> list[int]:
 
 def _skyrl_answer(steps: int) -> list[int] | None:
     try:
+        from omegaconf import OmegaConf
         from skyrl_gym.envs.search.env import SearchEnv
     except ImportError:
         return None
     samples = []
+    config = OmegaConf.create({"search_url": "http://127.0.0.1:9/retrieve", "topk": 3, "timeout": 1, "log_requests": False})
     for _ in range(steps):
-        env = SearchEnv({"search_url": "http://127.0.0.1:9/retrieve", "topk": 3, "timeout": 1, "log_requests": False},
-                        extras={"reward_spec": {"ground_truth": {"target": ["x"]}}, "max_turns": 2})
+        env = SearchEnv(config, extras={"reward_spec": {"ground_truth": {"target": ["x"]}}, "max_turns": 2})
         env.init([{"role": "user", "content": "q"}])
         start = time.perf_counter_ns()
         env.step("<think>I know it.</think>\n<answer> x </answer>")

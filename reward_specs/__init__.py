@@ -13,7 +13,7 @@ from searchenv.reward_specs.metrics import (
     f1_score,
     normalize_answer,
 )
-from searchenv.reward_specs.spec import FORMULAS, METRICS, REWARD_SPECS, load_reward
+from searchenv.reward_specs.spec import FORMULAS, METRICS, REWARD_SPECS, RewardSpecError, load_reward
 from searchenv.reward_specs.wellformed import FormatCheck, check_format
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "FormatCheck",
     "RewardResult",
     "RewardSpec",
+    "RewardSpecError",
     "Rollout",
     "answer_in_passages",
     "check_format",

@@ -21,9 +21,13 @@ from searchenv.reward_specs.metrics import normalize_answer
 __all__ = ["HFAnswerer", "lexical_overlap"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
-_FUNCTION_WORDS = frozenset(
-    "is was are were be been of in on at to and or by for with as from that this it its which who whom".split()
-)
+# Words that carry no answer; dropped from the chosen sentence along with the question's own words.
+# fmt: off
+_FUNCTION_WORDS = frozenset({
+    "is", "was", "are", "were", "be", "been", "of", "in", "on", "at", "to", "and", "or", "by", "for", "with",
+    "as", "from", "that", "this", "it", "its", "which", "who", "whom",
+})
+# fmt: on
 
 _PROMPT = (
     "Use only the evidence below to answer the question. Reply with the answer alone, in a few words.\n"

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol as TypingProtocol, runtime_checkable
+from typing import Any, runtime_checkable
+from typing import Protocol as TypingProtocol
+
+from searchenv.reward_specs.text import split_response
 
 from searchenv.protocol import Protocol, get_protocol
-from searchenv.reward_specs.text import split_response
 
 __all__ = ["RewardResult", "RewardSpec", "Rollout"]
 

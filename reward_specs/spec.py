@@ -18,9 +18,10 @@ formula                   reward                                                
 
 A spec file is a mapping: ``formula`` plus that formula's keys (``metric``, ``lambda_f``, …), optionally
 ``name``, ``description`` and ``base`` (a built-in name or another spec file whose keys this one
-overrides). Every result carries the same parts for dashboards: ``answer_score`` (the metric in use), ``em``,
-``f1``, ``cem``, ``format_ok``, ``retrieval_hit``, ``num_searches``, and for R-Search ``evidence_score``,
-``evidence_format_ok``, ``answer_format_ok``.
+overrides). Every result carries the same parts for dashboards: ``answer_score`` (the metric in use; F1 for
+``r1_searcher_stage1``, which does not reward the answer), ``em``, ``f1``, ``cem``, ``format_ok``,
+``retrieval_hit``, ``num_searches``, and for R-Search ``evidence_score``, ``evidence_format_ok``,
+``answer_format_ok``.
 """
 
 from __future__ import annotations
@@ -35,13 +36,23 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
-
 from searchenv.reward_specs.base import RewardResult, RewardSpec, Rollout
-from searchenv.reward_specs.metrics import answer_in_passages, cover_exact_match, exact_match, f1_score
+from searchenv.reward_specs.metrics import (
+    answer_in_passages,
+    answer_scores,
+    cover_exact_match,
+    exact_match,
+    f1_score,
+)
 from searchenv.reward_specs.text import last_block
 from searchenv.reward_specs.wellformed import check_format, single_block
 
-__all__ = ["FORMULAS", "METRICS", "REWARD_SPECS", "Answerer", "load_reward"]
+__all__ = ["FORMULAS", "METRICS", "REWARD_SPECS", "Answerer", "RewardSpecError", "load_reward"]
+
+
+class RewardSpecError(ValueError):
+    """A reward spec that cannot be built: the message names the problem and the valid choices."""
+
 
 Answerer = Callable[[str, str], str]
 METRICS: dict[str, Callable[[str | None, tuple[str, ...]], float]] = {
@@ -88,7 +99,7 @@ def _measure(rollout: Rollout) -> _Measured:
     golds = rollout.golden_answers
     return _Measured(
         prediction=prediction,
-        scores={name: fn(prediction, golds) for name, fn in METRICS.items()},
+        scores=answer_scores(prediction, golds),
         format_ok=check_format(rollout.response, rollout.protocol).ok,
         retrieval_hit=answer_in_passages(golds, rollout.retrieved_texts),
         num_searches=rollout.num_searches,
@@ -98,16 +109,16 @@ def _measure(rollout: Rollout) -> _Measured:
 # -- parameter checks ---------------------------------------------------------------------------------------------
 def _number(formula: str, key: str, value: Any, low: float, high: float, *, high_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{formula}: {key} must be a number, got {value!r}")
+        raise RewardSpecError(f"{formula}: {key} must be a number, got {value!r}")
     upper = ")" if high_open else "]"
     if not (low <= value < high if high_open else low <= value <= high):
-        raise ValueError(f"{formula}: {key} must be in [{low:g}, {high:g}{upper}, got {value!r}")
+        raise RewardSpecError(f"{formula}: {key} must be in [{low:g}, {high:g}{upper}, got {value!r}")
     return float(value)
 
 
 def _choice(formula: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise ValueError(f"{formula}: {key} must be one of {list(choices)}, got {value!r}")
+        raise RewardSpecError(f"{formula}: {key} must be one of {list(choices)}, got {value!r}")
     return value
 
 
@@ -194,7 +205,7 @@ class FormatRetrievalReward(FormatReward):
         super().__post_init__()
         _number(self.formula, "lambda_r", self.lambda_r, 0.0, 1.0, high_open=True)
         if self.lambda_f + self.lambda_r >= 1.0:
-            raise ValueError(
+            raise RewardSpecError(
                 f"{self.formula}: lambda_f + lambda_r must be below 1 (a wrong answer would earn as much as a "
                 f"correct one), got {self.lambda_f} + {self.lambda_r}"
             )
@@ -252,7 +263,7 @@ def _resolve_answerer(value: Any, options: Mapping[str, Any] | None) -> Answerer
     builtins = "'searchenv.reward_specs.answerers:lexical_overlap' (CPU baseline) or "
     builtins += "'searchenv.reward_specs.answerers:HFAnswerer' with answerer_options {model: /local/path}"
     if value is None:
-        raise ValueError(
+        raise RewardSpecError(
             "r_search: no 'answerer' configured; the evidence reward needs one (it is never silently 0). "
             f"Set answerer: 'module:attr' naming a callable (question, evidence) -> answer, e.g. {builtins}; "
             "in Python: load_reward('r-search', answerer=my_callable)"
@@ -261,17 +272,17 @@ def _resolve_answerer(value: Any, options: Mapping[str, Any] | None) -> Answerer
     if isinstance(value, str):
         module_name, sep, attr = value.partition(":")
         if not sep or not module_name or not attr:
-            raise ValueError(f"r_search: answerer must be 'module:attr', got {value!r}; e.g. {builtins}")
+            raise RewardSpecError(f"r_search: answerer must be 'module:attr', got {value!r}; e.g. {builtins}")
         try:
             target = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
-            raise ValueError(f"r_search: cannot import answerer {value!r}: {exc}") from exc
+            raise RewardSpecError(f"r_search: cannot import answerer {value!r}: {exc}") from exc
     if isinstance(target, type):
         target = target(**dict(options or {}))
     elif options:
-        raise ValueError("r_search: answerer_options only apply when the answerer names a class")
+        raise RewardSpecError("r_search: answerer_options only apply when the answerer names a class")
     if not callable(target):
-        raise ValueError(f"r_search: answerer {value!r} is not callable (needs (question, evidence) -> answer)")
+        raise RewardSpecError(f"r_search: answerer {value!r} is not callable (needs (question, evidence) -> answer)")
     return target
 
 
@@ -282,6 +293,7 @@ class RSearchReward(_Formula):
     The evidence is the content of the last evidence block the model wrote; without one the evidence
     score is 0 (there is nothing to judge). An answer cached in ``rollout.extras["evidence_answer"]`` is
     used instead of calling the answerer, so batch pipelines can judge all evidence at once beforehand.
+    An error inside the answerer propagates: a broken judge must not turn into silent zero rewards.
     Needs a protocol with evidence tags (``r-search``).
     """
 
@@ -306,7 +318,7 @@ class RSearchReward(_Formula):
     def __call__(self, rollout: Rollout) -> RewardResult:
         tags = rollout.protocol.evidence_tags
         if tags is None:
-            raise ValueError(
+            raise RewardSpecError(
                 f"r_search reward needs a protocol with evidence tags (e.g. 'r-search'); "
                 f"rollout uses {rollout.protocol.name!r}"
             )
@@ -343,13 +355,15 @@ def _canonical(name: str) -> str:
 
 def _read_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise ValueError(f"reward spec file not found: {path}")
+        raise RewardSpecError(f"reward spec file not found: {path}")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is valid YAML
     except yaml.YAMLError as exc:
-        raise ValueError(f"reward spec file {path} is not valid YAML/JSON: {exc}") from exc
+        raise RewardSpecError(f"reward spec file {path} is not valid YAML/JSON: {exc}") from exc
     if not isinstance(data, Mapping):
-        raise ValueError(f"reward spec file {path} must hold a mapping with a 'formula' key, got {type(data).__name__}")
+        raise RewardSpecError(
+            f"reward spec file {path} must hold a mapping with a 'formula' key, got {type(data).__name__}"
+        )
     return dict(data)
 
 
@@ -370,7 +384,7 @@ def _resolve_mapping(spec: str | os.PathLike[str], relative_to: Path | None = No
     if isinstance(spec, str) and not path.suffix and not path.exists():
         close = difflib.get_close_matches(_canonical(spec), REWARD_SPECS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(
+        raise RewardSpecError(
             f"unknown reward spec {spec!r}{hint}; choose one of {list(REWARD_SPECS)}, "
             "or give a path to a .yaml/.json spec file, a mapping, or an object with name and __call__"
         )
@@ -385,11 +399,11 @@ def _merge_bases(data: dict[str, Any], depth: int = 0) -> dict[str, Any]:
     if "base" not in data:
         return data
     if depth >= _MAX_BASE_DEPTH:
-        raise ValueError(f"reward spec 'base' chain deeper than {_MAX_BASE_DEPTH} (a cycle?)")
+        raise RewardSpecError(f"reward spec 'base' chain deeper than {_MAX_BASE_DEPTH} (a cycle?)")
     own = dict(data)
     base_ref = own.pop("base")
     if not isinstance(base_ref, (str, os.PathLike)):
-        raise ValueError(f"reward spec 'base' must be a built-in name or a file path, got {base_ref!r}")
+        raise RewardSpecError(f"reward spec 'base' must be a built-in name or a file path, got {base_ref!r}")
     base = _merge_bases(_resolve_mapping(base_ref, own.get("_dir")), depth + 1)
     base.pop("name", None)
     return {**base, **own}
@@ -400,17 +414,20 @@ def _build(data: Mapping[str, Any]) -> RewardSpec:
     data.pop("_dir", None)
     formula = data.pop("formula", None)
     if formula is None:
-        raise ValueError(f"reward spec has no 'formula' key; choose one of {sorted(FORMULAS)}")
-    cls = FORMULAS.get(formula) or FORMULAS.get(str(formula).replace("-", "_"))
+        raise RewardSpecError(f"reward spec has no 'formula' key; choose one of {sorted(FORMULAS)}")
+    cls = FORMULAS.get(formula.replace("-", "_")) if isinstance(formula, str) else None
     if cls is None:
-        raise ValueError(f"unknown reward formula {formula!r}; choose one of {sorted(FORMULAS)}")
+        raise RewardSpecError(f"unknown reward formula {formula!r}; choose one of {sorted(FORMULAS)}")
     valid = [f.name for f in fields(cls) if f.init]
     for key in data:
         if key not in valid:
             close = difflib.get_close_matches(str(key), valid, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"unknown key {key!r} for formula {cls.formula!r}{hint}; valid keys: {valid}")
+            raise RewardSpecError(f"unknown key {key!r} for formula {cls.formula!r}{hint}; valid keys: {valid}")
     data.setdefault("name", cls.formula)
+    for key in ("name", "description"):
+        if not isinstance(data.get(key, ""), str):
+            raise RewardSpecError(f"reward spec {key!r} must be a string, got {data[key]!r}")
     return cls(**data)
 
 
@@ -429,10 +446,10 @@ def load_reward(spec: str | os.PathLike[str] | Mapping[str, Any] | RewardSpec, *
         data = dict(spec)
     elif isinstance(spec, RewardSpec):
         if overrides:
-            raise ValueError(f"cannot apply overrides {sorted(overrides)} to a ready reward object {spec!r}")
+            raise RewardSpecError(f"cannot apply overrides {sorted(overrides)} to a ready reward object {spec!r}")
         return spec
     else:
-        raise ValueError(
+        raise RewardSpecError(
             f"cannot make a reward from {type(spec).__name__}; pass a name from {list(REWARD_SPECS)}, "
             "a spec file path, a mapping, or an object with a 'name' and __call__(rollout) -> RewardResult"
         )

@@ -27,8 +27,9 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from searchenv.protocol import Protocol, get_protocol
 from searchenv.reward_specs.text import strip_end_markers
+
+from searchenv.protocol import Protocol, get_protocol
 
 __all__ = ["FormatCheck", "check_format", "find_garbled", "single_block"]
 
@@ -95,7 +96,9 @@ def _grammar(protocol: Protocol) -> _Grammar:
     return _Grammar(roles, by_tag, follows, pattern, strict_text=protocol.think_tags is not None)
 
 
-def check_format(response: str, protocol: Protocol | str = "search-r1", *, reject_garbled: bool | None = None) -> FormatCheck:
+def check_format(
+    response: str, protocol: Protocol | str = "search-r1", *, reject_garbled: bool | None = None
+) -> FormatCheck:
     """Check ``response`` (everything after the prompt: model turns and inserted blocks) against the grammar.
 
     ``reject_garbled`` defaults to the protocol's own rule (on for ``r1-searcher`` only, so that Search-R1's
@@ -113,14 +116,13 @@ def check_format(response: str, protocol: Protocol | str = "search-r1", *, rejec
         end = match.start() if match else len(text)
         between = text[pos:end]
         model_spans.append((pos, end))
-        if inside is None:
-            if between.strip() and (grammar.strict_text or state == "answer"):
-                if state == "answer":
-                    return FormatCheck(False, f"text after the final {grammar.roles['answer'][1]}")
-                if match is None:
-                    break  # reported below as a missing answer
-                where = "before" if state == "start" else f"between {grammar.describe(state)} and"
-                return FormatCheck(False, f"text {where} {match.group(0)}")
+        if inside is None and between.strip() and (grammar.strict_text or state == "answer"):
+            if state == "answer":
+                return FormatCheck(False, f"text after the final {grammar.roles['answer'][1]}")
+            if match is None:
+                break  # reported below as a missing answer
+            where = "before" if state == "start" else f"between {grammar.describe(state)} and"
+            return FormatCheck(False, f"text {where} {match.group(0)}")
         if match is None:
             break
         tag = match.group(0)
@@ -137,7 +139,7 @@ def check_format(response: str, protocol: Protocol | str = "search-r1", *, rejec
             return FormatCheck(False, f"unbalanced {tag} inside {grammar.roles[inside][0]}")
         if not is_open:
             return FormatCheck(False, f"unbalanced {tag}: no open {grammar.roles[role][0]}")
-        problem = _opening_problem(grammar, proto, state, role, tag, searches, evidence_seen)
+        problem = _opening_problem(grammar, state, role, tag, searches, evidence_seen)
         if problem:
             return FormatCheck(False, problem)
         if role == "information":  # opaque: skip to its closing tag without reading tags inside
@@ -161,15 +163,13 @@ def check_format(response: str, protocol: Protocol | str = "search-r1", *, rejec
 
 
 def _opening_problem(
-    grammar: _Grammar, proto: Protocol, state: str, role: str, tag: str, searches: int, evidence_seen: bool
+    grammar: _Grammar, state: str, role: str, tag: str, searches: int, evidence_seen: bool
 ) -> str | None:
     """Why ``tag`` may not open here, or ``None`` if it may."""
     allowed = grammar.follows[state]
     if role in allowed:
         if role == "answer" and "evidence" in grammar.roles and searches and not evidence_seen:
             return f"missing {grammar.roles['evidence'][0]} block before {tag} after a search"
-        if role == "evidence" and evidence_seen:
-            return f"more than one {tag} block"
         return None
     if role == "information":
         return f"{tag} block without a search (after {grammar.describe(state)}): the model wrote it itself"

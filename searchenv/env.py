@@ -335,7 +335,7 @@ class SearchQAEnv(gym.Env[str, str]):
             golden_answers=episode.example.golden_answers,
             response=episode.response_text,
             model_text=episode.model_text,
-            retrieved_texts=tuple(p.text for hits in episode.retrieved for p in hits),
+            retrieved_texts=tuple(p.contents for hits in episode.retrieved for p in hits),  # titles were shown too
             num_searches=episode.num_searches,
             protocol=self.protocol,
         )

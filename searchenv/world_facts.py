@@ -11,6 +11,7 @@ vowel ("Quarnessa" / "Quarnesso").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -108,7 +109,10 @@ def _vowel_variant(word: str, new_vowel: str) -> str:
 
 
 class _WordPool:
-    """Draws capitalised invented words that are unique across every role of one world."""
+    """Draws capitalised invented words that are unique across every role of one world.
+
+    Membership tests never depend on set order, so the draws are deterministic.
+    """
 
     def __init__(self, rng: np.random.Generator):
         self._rng = rng
@@ -119,28 +123,36 @@ class _WordPool:
     ) -> list[str]:
         """``count`` new words: a first syllable (closed or open), one open syllable, and one of ``endings``.
 
-        A ``variant_share`` of them are one-vowel variants of words drawn earlier in the same call.
-        Candidates already used anywhere in the world (or equal to an ordinary vocabulary word) are
-        skipped, so the result is unique; membership tests never depend on set order, so it is deterministic.
+        A ``variant_share`` of them are one-vowel variants of the others (distractor spellings); the result
+        is shuffled so variants are not all at the end.
         """
         closed, open_ = _syllables()
         first = closed if closed_first else open_
+        num_fresh = count - int(count * variant_share)
+
+        def fresh(batch: int) -> list[str]:
+            a = self._rng.integers(0, len(first), size=batch).tolist()
+            b = self._rng.integers(0, len(open_), size=batch).tolist()
+            ends = self._rng.integers(0, len(endings), size=batch).tolist()
+            return [(first[i] + open_[j] + endings[e]).capitalize() for i, j, e in zip(a, b, ends, strict=True)]
+
+        words = self._unique(num_fresh, fresh)
+
+        def variants(batch: int) -> list[str]:
+            bases = self._rng.integers(0, num_fresh, size=batch).tolist()
+            vowels = self._rng.integers(0, len(vocab.VOWEL_LETTERS), size=batch).tolist()
+            return [_vowel_variant(words[i], vocab.VOWEL_LETTERS[v]) for i, v in zip(bases, vowels, strict=True)]
+
+        words += self._unique(count - num_fresh, variants)
+        return [words[i] for i in self._rng.permutation(count).tolist()]
+
+    def _unique(self, count: int, candidates: Callable[[int], list[str]]) -> list[str]:
+        """Keep drawing batches of ``candidates`` until ``count`` words never seen before are collected."""
         out: list[str] = []
         for _ in range(_MAX_ROUNDS):
             if len(out) == count:
                 return out
-            batch = int((count - len(out)) * 1.3) + 16
-            a = self._rng.integers(0, len(first), size=batch).tolist()
-            b = self._rng.integers(0, len(open_), size=batch).tolist()
-            ends = self._rng.integers(0, len(endings), size=batch).tolist()
-            variant = (self._rng.random(batch) < variant_share).tolist()
-            base = self._rng.random(batch).tolist()
-            vowels = self._rng.integers(0, len(vocab.VOWEL_LETTERS), size=batch).tolist()
-            for i in range(batch):
-                if variant[i] and out:
-                    word = _vowel_variant(out[int(base[i] * len(out))], vocab.VOWEL_LETTERS[vowels[i]])
-                else:
-                    word = (first[a[i]] + open_[b[i]] + endings[ends[i]]).capitalize()
+            for word in candidates(int((count - len(out)) * 1.3) + 16):
                 key = word.lower()
                 if key in self._seen or key in vocab.RESERVED_WORDS:
                     continue
@@ -191,6 +203,12 @@ def _pick_in_window(
     return np.where(keep, chosen, -1)
 
 
+def _during_life(rng: np.random.Generator, birth: np.ndarray, death: np.ndarray, low: int, high: int) -> np.ndarray:
+    """A year at age ``low..high`` for each person, but never after their death (lifespans are ≥ 45)."""
+    last = np.minimum(birth + high, death)
+    return birth + low + (rng.random(len(birth)) * (last - birth - low + 1)).astype(np.int64)
+
+
 def _person_names(
     pool: _WordPool, rng: np.random.Generator, count: int
 ) -> tuple[list[str], np.ndarray, list[tuple[str, ...]]]:
@@ -236,8 +254,8 @@ def build_facts(num_passages: int, rng: np.random.Generator) -> Facts:
     """Draw names and relations for a world of ``num_passages`` entities.
 
     Dates are kept plausible so the passages never contradict themselves: a teacher is 15–45 years older
-    than the pupil, an employer was founded before the employee was 30, an organisation is founded when its
-    founder is 25–55, a book appears when its author is at least 25.
+    than the pupil (and alive when the pupil turns 16), an employer was founded before the employee was 30,
+    organisations are founded, books published and governorships taken up while the person is alive.
     """
     n = entity_counts(num_passages)
     pool = _WordPool(rng)
@@ -251,12 +269,12 @@ def build_facts(num_passages: int, rng: np.random.Generator) -> Facts:
     birth_year = rng.integers(FIRST_BIRTH_YEAR, LAST_BIRTH_YEAR + 1, size=n["person"])
     death_year = birth_year + rng.integers(45, 86, size=n["person"])
     founder = rng.integers(0, n["person"], size=n["org"])
-    org_founded = birth_year[founder] + rng.integers(25, 56, size=n["org"])
+    org_founded = _during_life(rng, birth_year[founder], death_year[founder], 25, 55)
     employer = _pick_in_window(rng, org_founded, np.full(n["person"], 0), birth_year + 30, share=0.85)
     joined_year = np.maximum(birth_year + 20, org_founded[np.maximum(employer, 0)] + 1) + rng.integers(
         0, 11, size=n["person"]
     )
-    teacher = _pick_in_window(rng, birth_year, birth_year - 45, birth_year - 15, share=0.8)
+    teacher = _pick_in_window(rng, birth_year, birth_year - 29, birth_year - 15, share=0.8)
 
     # The first cities cover every region once, so each region has a capital lying inside it.
     region_of = np.concatenate(
@@ -264,8 +282,7 @@ def build_facts(num_passages: int, rng: np.random.Generator) -> Facts:
     ).astype(np.int64)
     governor = rng.choice(n["person"], size=n["region"], replace=False)
     author = rng.integers(0, n["person"], size=n["work"])
-    lifespan = death_year[author] - birth_year[author]
-    published = birth_year[author] + 25 + (rng.random(n["work"]) * (np.minimum(60, lifespan) - 24)).astype(np.int64)
+    published = _during_life(rng, birth_year[author], death_year[author], 25, 60)
     return Facts(
         person_names=person_names,
         org_names=org_names,
@@ -292,7 +309,7 @@ def build_facts(num_passages: int, rng: np.random.Generator) -> Facts:
         river=rng.integers(0, len(river_names), size=n["city"]),
         capital=np.arange(n["region"]),
         governor=governor,
-        governor_year=birth_year[governor] + rng.integers(35, 51, size=n["region"]),
+        governor_year=_during_life(rng, birth_year[governor], death_year[governor], 35, 44),
         region_kind=rng.integers(0, len(vocab.REGION_KINDS), size=n["region"]),
         author=author,
         published=published,

@@ -8,11 +8,12 @@ which is what makes them near-miss distractors for a reader and for a lexical re
 
 Speed matters (a million passages in under a minute): each kind first builds one column per template slot
 (a list with the slot's value for every entity, drawn with numpy), then one generic loop fills the
-templates with :meth:`str.format_map`.
+templates, rewritten to positional slots, from each row of the columns.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from math import gcd
 from typing import TYPE_CHECKING
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["TARGET_WORDS", "render_texts"]
 
 TARGET_WORDS = 95  # fillers are added until a passage has at least this many words (a filler adds ≤ 16)
+_SLOT = re.compile(r"\{(\w+)\}")
+LAST_YEAR = 2020  # filler dates stay in the past
 _TICK = 8192
 
 _PRONOUNS = {
@@ -59,8 +62,9 @@ def _others(rng: np.random.Generator, count: int) -> np.ndarray:
 
 
 def _years(rng: np.random.Generator, base: np.ndarray, low: int, high: int) -> list[int]:
-    """``base`` plus a uniform offset in ``[low, high]`` per entity: dates relative to the entity's own."""
-    return (base + rng.integers(low, high + 1, size=len(base))).tolist()
+    """``base`` plus a uniform offset in ``[low, high]`` per entity (dates relative to the entity's own),
+    never later than :data:`LAST_YEAR`."""
+    return np.minimum(base + rng.integers(low, high + 1, size=len(base)), LAST_YEAR).tolist()
 
 
 def _filler_orders(rng: np.random.Generator, count: int, fillers: tuple[str, ...]) -> tuple[list[int], list[int]]:
@@ -74,6 +78,12 @@ def _filler_orders(rng: np.random.Generator, count: int, fillers: tuple[str, ...
     return start, steps[rng.integers(0, len(steps), size=count)].tolist()
 
 
+def _positional(templates: tuple[str, ...], keys: list[str]) -> tuple[str, ...]:
+    """Rewrite named slots as positions in ``keys`` ("{name}" → "{0}"), so a row tuple fills them directly."""
+    index = {key: i for i, key in enumerate(keys)}
+    return tuple(_SLOT.sub(lambda m: f"{{{index[m.group(1)]}}}", t) for t in templates)
+
+
 def _render(
     columns: Columns,
     lead: tuple[str, ...],
@@ -84,31 +94,33 @@ def _render(
 ) -> list[str]:
     """Lead sentence, the fact sentences whose slot is present, then fillers until ``TARGET_WORDS`` words.
 
-    Rows are zipped out of the columns and turned into one slot dict per passage with ``dict(zip(...))``,
-    the cheapest way CPython offers; the template choices ride along as extra columns.
+    Rows are zipped out of the columns and fill positional templates with ``str.format(*row)``: no
+    per-passage dict is built, which is the single largest saving in this loop.
     """
     count = len(columns["name"])
+    keys = list(columns)
+    lead = _positional(lead, keys)
+    fillers = _positional(fillers, keys)
+    lead_choice = rng.integers(0, len(lead), size=count).tolist()
     start, step = _filler_orders(rng, count, fillers)
-    choices = {"_lead": rng.integers(0, len(lead), size=count).tolist(), "_start": start, "_step": step}
-    fact_keys = [(slot, templates, f"_{slot}") for slot, templates in facts]
-    for _, templates, key in fact_keys:
-        choices[key] = rng.integers(0, len(templates), size=count).tolist()
-    keys = [*columns, *choices]
+    fact_specs = [
+        (keys.index(slot), _positional(templates, keys), rng.integers(0, len(templates), size=count).tolist())
+        for slot, templates in facts
+    ]
     texts = []
-    for i, row in enumerate(zip(*columns.values(), *choices.values(), strict=True)):
+    for i, row in enumerate(zip(*columns.values(), strict=True)):
         if not i % _TICK:
             bar.update(min(_TICK, count - i))
-        slots = dict(zip(keys, row, strict=True))
-        sentences = [lead[slots["_lead"]].format_map(slots)]
-        for slot, templates, key in fact_keys:
-            if slots[slot] is not None:
-                sentences.append(templates[slots[key]].format_map(slots))
+        sentences = [lead[lead_choice[i]].format(*row)]
+        for gate, templates, choice in fact_specs:
+            if row[gate] is not None:
+                sentences.append(templates[choice[i]].format(*row))
         words = sum(s.count(" ") + 1 for s in sentences)
-        k, stride = slots["_start"], slots["_step"]
+        k, stride = start[i], step[i]
         for _ in range(len(fillers)):
             if words >= TARGET_WORDS:
                 break
-            sentence = fillers[k].format_map(slots)
+            sentence = fillers[k].format(*row)
             sentences.append(sentence)
             words += sentence.count(" ") + 1
             k = (k + stride) % len(fillers)
@@ -119,12 +131,14 @@ def _render(
 def _dressing(rng: np.random.Generator, count: int) -> Columns:
     """Slots every kind's fillers may use: colours, nouns, topics, products and small numbers."""
     colour = _pick(rng, count, vocab.COLOURS)
-    noun = _pick(rng, count, vocab.NOUNS)
+    noun, noun2 = _pick(rng, count, vocab.NOUNS), _pick(rng, count, vocab.NOUNS)
     return {
         "colour": colour,
         "a_colour": [vocab.with_article(c) for c in colour],
         "noun": noun,
         "a_noun": [vocab.with_article(x) for x in noun],
+        "noun2": noun2,
+        "a_noun2": [vocab.with_article(x) for x in noun2],
         "topic": _pick(rng, count, vocab.TOPICS),
         "product": _pick(rng, count, vocab.PRODUCTS),
         "num": rng.integers(2, 10, size=count).tolist(),
@@ -157,6 +171,7 @@ def _person_passages(f: Facts, rng: np.random.Generator, bar: tqdm) -> list[str]
         "gy": f.governor_year[has["governed"]].tolist(),
         "city2": _lookup(f.city_names, rng.integers(0, len(f.city_names), size=n)),
         "city3": _lookup(f.city_names, rng.integers(0, len(f.city_names), size=n)),
+        "city4": _lookup(f.city_names, rng.integers(0, len(f.city_names), size=n)),
         "person2": _lookup(f.person_names, _others(rng, n)),
         "org2": _lookup(f.org_names, rng.integers(0, len(f.org_names), size=n)),
         "trait": _pick(rng, n, vocab.TRAITS),
@@ -211,6 +226,7 @@ def _city_passages(f: Facts, rng: np.random.Generator, bar: tqdm) -> list[str]:
         "fy": f.city_founded.tolist(),
         "river": _lookup(f.river_names, f.river),
         "city2": _lookup(f.city_names, _others(rng, n)),
+        "city3": _lookup(f.city_names, _others(rng, n)),
         "person2": _lookup(f.person_names, rng.integers(0, len(f.person_names), size=n)),
         "org2": _lookup(f.org_names, rng.integers(0, len(f.org_names), size=n)),
         "year2": _years(rng, f.city_founded, 40, 150),
@@ -234,6 +250,7 @@ def _region_passages(f: Facts, rng: np.random.Generator, bar: tqdm) -> list[str]
         "gov": _lookup(f.person_names, f.governor),
         "gy": f.governor_year.tolist(),
         "region2": _lookup(f.region_names, _others(rng, n)),
+        "region3": _lookup(f.region_names, _others(rng, n)),
         "river": _lookup(f.river_names, rng.integers(0, len(f.river_names), size=n)),
         "year2": _years(rng, np.full(n, 1550), 0, 350),
         "year3": _years(rng, np.full(n, 1550), 0, 350),

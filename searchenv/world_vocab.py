@@ -75,7 +75,7 @@ TITLE_PATTERNS = (
     "The {noun} of {word}",
     "{word}",
     "{word} and the {noun}",
-    "A {noun} for {word}",
+    "Beyond {word}",
     "Letters from {word}",
 )
 
@@ -112,10 +112,11 @@ def with_article(phrase: str) -> str:
 # questions ask about (birthplace, teacher, employer, founder, seat, region, capital, governor, author, years
 # of those), or the world would contradict itself.
 
-# Slots named a_* hold the word with its indefinite article ("an astronomer"); see with_article().
+# Slots named a_* hold the word with its indefinite article ("an astronomer"); see with_article(). Every kind
+# also has colour, a_colour, noun, a_noun, noun2, a_noun2, topic, product and num (2-9).
 # Person slots: name, Pron/pron (She/she), Poss/poss (Her/her), obj (her/him), occ, a_occ, by, dy, bp,
-# teacher, employer, ey, org_f, fy, work, wy, gov_region, gy, city2, city3, person2, org2, colour, trait,
-# noun, topic, num, and years year2 (age 18–30), year3 (31–44), year4 (after death), year5 (45 to death).
+# teacher, employer, ey, org_f, fy, work, wy, gov_region, gy, city2, city3, city4, person2, org2, trait, and
+# years year2 (age 18–30), year3 (31–44), year4 (after death), year5 (45 to death).
 PERSON_LEAD = (
     "{name} ({by}–{dy}) was {a_occ} born in {bp}.",
     "{name} was {a_occ} who was born in {bp} in {by} and died in {dy}.",
@@ -155,19 +156,19 @@ PERSON_FILLER = (
     "A street in {city2} was later named in {poss} honour.",
     "{Pron} was admired by {person2}, who called {obj} the most careful {occ} of the age.",
     "Late in life {pron} settled near {city3}, where {pron} kept a small garden.",
-    "{Poss} lectures on {topic} drew students from as far as {city2}.",
+    "{Poss} lectures on {topic} drew students from as far as {city4}.",
     "Several of {poss} instruments are now held by {org2}.",
     "Historians still debate the date of {poss} first visit to {city3}.",
     "{Pron} married in {year3} and had {num} children.",
     "A portrait of {obj} in {colour} robes, painted around {year5}, hangs in {city2}.",
     "{Poss} methods influenced a generation of students of {topic}.",
     "In {year5} {pron} declined an invitation from {org2}.",
-    "Little is known of {poss} early years apart from a brief stay in {city3}.",
+    "Little is known of {poss} early years apart from a brief stay in {city2}.",
     "{Pron} kept a diary of the weather that runs to {num} volumes.",
 )
 
-# Organisation slots: name, kind_l (guild), a_desc, fy, founder, seat, city2, person2, org2, num, a_colour,
-# noun, topic, and years year2 (3–60 years after foundation), year3 (61–140), year4 (141–220).
+# Organisation slots: name, kind_l (guild), a_desc, fy, founder, seat, city2, person2, org2, and years
+# year2 (3–60 years after foundation), year3 (61–140), year4 (141–220).
 ORG_LEAD = (
     "{name} is {a_desc} established in {fy}.",
     "{name} is {a_desc} that was founded in {fy}.",
@@ -198,13 +199,14 @@ ORG_FILLER = (
     "Visitors from {city2} are admitted on the first day of each month.",
     "A rival body, {org2}, was formed partly by former members.",
     "It awards a prize for work on {topic} every {num} years.",
-    "The {kind_l} maintains a small collection of {noun}s.",
+    "The {kind_l} maintains a small collection of {noun2}s.",
     "Among its early patrons was {person2}.",
     "Minutes of its early meetings survive in good order.",
 )
 
-# City slots: name, settle, region, capital_of (the region it is the capital of, if any), fy, river, city2, person2, org2, num, product, colour, a_colour, a_noun,
-# noun, and years year2 (40–150 years after foundation), year3 (151–300), year4 (301–450), year5 (60–400).
+# City slots: name, settle, region, capital_of (the region it is the capital of, if any), fy, river, city2,
+# city3, person2, org2, and years year2 (40–150 years after foundation), year3 (151–300), year4 (301–450),
+# year5 (60–400).
 CITY_LEAD = (
     "{name} is a {settle} in {region}, founded in {fy}.",
     "{name} is a {settle} in the region of {region}. It was founded in {fy}.",
@@ -216,26 +218,26 @@ CITY_CAPITAL = (
     "It serves as the capital of {capital_of}.",
 )
 CITY_FILLER = (
-    "It lies on the river {river}.",
+    "{name} lies on the river {river}.",
     "Its market is known for {product}.",
     "{name} is twinned with {city2}.",
     "A bridge over the {river} was completed in {year2}.",
-    "The town hall dates from {year3}.",
-    "{person2} lived there for several years.",
+    "The town hall of {name} dates from {year3}.",
+    "{person2} lived in {name} for several years.",
     "Its population grew quickly once a road to {city2} was built.",
     "The old quarter keeps {a_colour} {noun} in its main square.",
     "A branch of {org2} meets in the town every spring.",
     "Local festivals celebrate the harvest of {product}.",
     "The surrounding hills are known for their {colour} stone.",
-    "Travellers from {city2} describe its streets as narrow and steep.",
-    "It suffered a severe flood in {year4}.",
+    "Travellers from {city3} describe its streets as narrow and steep.",
+    "{name} suffered a severe flood in {year4}.",
     "Its main church holds {num} bells cast in {year5}.",
-    "The coat of arms shows {a_noun} above running water.",
+    "The coat of arms shows {a_noun2} above running water.",
     "Around {num} thousand people live there today.",
 )
 
-# Region slots: name, rkind, a_rkind, capital, gov, gy, region2, river, product, colour, a_colour, noun,
-# a_noun, num, and years year2, year3, year4 (all between 1550 and 1900).
+# Region slots: name, rkind, a_rkind, capital, gov, gy, region2, region3, river, and years year2, year3,
+# year4 (all between 1550 and 1900).
 REGION_LEAD = (
     "{name} is {a_rkind} whose capital is {capital}.",
     "{name} is {a_rkind}; its capital and largest town is {capital}.",
@@ -249,21 +251,21 @@ REGION_FILLER = (
     "It borders {region2} to the north.",
     "The {rkind} is known for {product} and {colour} stone.",
     "Its highest point is a ridge above the valley of the {river}.",
-    "The river {river} crosses it from east to west.",
-    "Its dialect differs noticeably from that of {region2}.",
+    "The river {river} crosses {name} from east to west.",
+    "Its dialect differs noticeably from that of {region3}.",
     "Roads to {region2} were improved in {year2}.",
     "Much of the land is given over to {product}.",
     "The {rkind} adopted its present borders in {year3}.",
     "Its flag shows {a_noun} on {a_colour} field.",
-    "Winters there are long and the mountain passes often close.",
+    "Winters in {name} are long and the mountain passes often close.",
     "A regional assembly meets twice a year in the old hall.",
-    "Pilgrims cross it on the way to {region2}.",
-    "Old maps mark it as a land of {noun}s and mills.",
+    "Pilgrims cross it on the way to {region3}.",
+    "Old maps mark it as a land of {noun2}s and mills.",
     "A survey of {year4} counted {num} hundred farms.",
 )
 
-# Work slots: name, genre, a_genre, author, wy, city2, person2, org2, work2, num, topic, a_colour, noun,
-# a_noun, and years year2 (2–30 years after publication), year3 (31–80), year4 (1–10).
+# Work slots: name, genre, a_genre, author, wy, city2, person2, org2, work2, and years year2 (2–30 years
+# after publication), year3 (31–80), year4 (1–10).
 WORK_LEAD = (
     "{name} is {a_genre} by {author}, first published in {wy}.",
     "{name} is {a_genre} written by {author} and published in {wy}.",
@@ -285,7 +287,7 @@ WORK_FILLER = (
     "It was briefly banned in {year4} for its remarks on {topic}.",
     "Readers in {city2} received it with enthusiasm.",
     "It is dedicated to {person2}.",
-    "Its engraved frontispiece shows {a_noun}.",
+    "Its engraved frontispiece shows {a_noun2}.",
 )
 
 # --- question templates -----------------------------------------------------------------------------------

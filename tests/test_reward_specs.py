@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from searchenv.protocol import PROTOCOLS
 from searchenv.reward_specs import REWARD_SPECS, RewardResult, Rollout, load_reward
 from searchenv.reward_specs.answerers import lexical_overlap
+
+from searchenv.protocol import PROTOCOLS
 
 LEXICAL = "searchenv.reward_specs.answerers:lexical_overlap"
 GOLDS = ["Paris"]
@@ -25,18 +25,57 @@ def search_r1_response(*, correct: bool, well_formed: bool, hit: bool) -> str:
     answer = "Paris" if correct else "Lyon"
     stray = "" if well_formed else "So the answer is: "  # text between </think> and <answer>
     info = HIT_INFO if hit else MISS_INFO
-    return f"<think>I need facts.</think>\n<search> capital of France </search>{info}<think>Done.</think>\n{stray}<answer> {answer} </answer>"
+    return (
+        f"<think>I need facts.</think>\n<search> capital of France </search>{info}"
+        f"<think>Done.</think>\n{stray}<answer> {answer} </answer>"
+    )
 
 
 CASES = [(c, w, h) for c in (True, False) for w in (True, False) for h in (True, False)]
 # (correct, well-formed, retrieval hit) -> reward; written out, not recomputed, so a formula slip shows.
 EQ3 = {
-    0.2: {(1, 1, 1): 1.0, (1, 1, 0): 1.0, (1, 0, 1): 0.8, (1, 0, 0): 0.8, (0, 1, 1): 0.2, (0, 1, 0): 0.2, (0, 0, 1): 0, (0, 0, 0): 0},
-    0.4: {(1, 1, 1): 1.0, (1, 1, 0): 1.0, (1, 0, 1): 0.6, (1, 0, 0): 0.6, (0, 1, 1): 0.4, (0, 1, 0): 0.4, (0, 0, 1): 0, (0, 0, 0): 0},
+    0.2: {
+        (1, 1, 1): 1.0,
+        (1, 1, 0): 1.0,
+        (1, 0, 1): 0.8,
+        (1, 0, 0): 0.8,
+        (0, 1, 1): 0.2,
+        (0, 1, 0): 0.2,
+        (0, 0, 1): 0,
+        (0, 0, 0): 0,
+    },
+    0.4: {
+        (1, 1, 1): 1.0,
+        (1, 1, 0): 1.0,
+        (1, 0, 1): 0.6,
+        (1, 0, 0): 0.6,
+        (0, 1, 1): 0.4,
+        (0, 1, 0): 0.4,
+        (0, 0, 1): 0,
+        (0, 0, 0): 0,
+    },
 }
 EQ4 = {
-    0.2: {(1, 1, 1): 1.0, (1, 1, 0): 1.0, (1, 0, 1): 0.8, (1, 0, 0): 0.8, (0, 1, 1): 0.3, (0, 1, 0): 0.2, (0, 0, 1): 0, (0, 0, 0): 0},
-    0.4: {(1, 1, 1): 1.0, (1, 1, 0): 1.0, (1, 0, 1): 0.6, (1, 0, 0): 0.6, (0, 1, 1): 0.5, (0, 1, 0): 0.4, (0, 0, 1): 0, (0, 0, 0): 0},
+    0.2: {
+        (1, 1, 1): 1.0,
+        (1, 1, 0): 1.0,
+        (1, 0, 1): 0.8,
+        (1, 0, 0): 0.8,
+        (0, 1, 1): 0.3,
+        (0, 1, 0): 0.2,
+        (0, 0, 1): 0,
+        (0, 0, 0): 0,
+    },
+    0.4: {
+        (1, 1, 1): 1.0,
+        (1, 1, 0): 1.0,
+        (1, 0, 1): 0.6,
+        (1, 0, 0): 0.6,
+        (0, 1, 1): 0.5,
+        (0, 1, 0): 0.4,
+        (0, 0, 1): 0,
+        (0, 0, 0): 0,
+    },
 }
 
 
@@ -153,7 +192,10 @@ def test_from_text_splits_model_and_inserted_text() -> None:
     )
     rollout = Rollout.from_text(response, ("Paris",), protocol=protocol, question="Q?")
     assert rollout.num_searches == 2
-    assert rollout.retrieved_texts == ("Doc 1(Title: Paris) Paris is the capital of France.\n", "cut off by the trainer")
+    assert rollout.retrieved_texts == (
+        "Doc 1(Title: Paris) Paris is the capital of France.\n",
+        "cut off by the trainer",
+    )
     assert "forged Paris" in rollout.model_text  # model-written, so not retrieved
     assert protocol.invalid_hint.strip() not in rollout.model_text  # the hint quotes <answer> … </answer>
     assert rollout.golden_answers == ("Paris",) and rollout.question == "Q?" and rollout.protocol is protocol
@@ -184,7 +226,10 @@ def test_r_search_without_answerer_fails_at_load() -> None:
     ("spec", "message"),
     [
         ("emm", r"unknown reward spec 'emm' \(did you mean 'em'\?\); choose one of \['em', 'f1'"),
-        ({"formula": "format", "lamda_f": 0.3}, r"unknown key 'lamda_f' for formula 'format' \(did you mean 'lambda_f'\?\)"),
+        (
+            {"formula": "format", "lamda_f": 0.3},
+            r"unknown key 'lamda_f' for formula 'format' \(did you mean 'lambda_f'\?\)",
+        ),
         ({"formula": "format", "lambda_f": 1.5}, r"lambda_f must be in \[0, 1\), got 1.5"),
         ({"formula": "format", "lambda_f": "0.2"}, "lambda_f must be a number"),
         ({"formula": "format", "lambda_f": True}, "lambda_f must be a number"),
@@ -198,8 +243,13 @@ def test_r_search_without_answerer_fails_at_load() -> None:
         ({"formula": "r_search", "answerer": "lexical_overlap"}, "answerer must be 'module:attr'"),
         ({"formula": "r_search", "answerer": "no_such_module_x:f"}, "cannot import answerer"),
         ({"formula": "r_search", "answerer": "searchenv.reward_specs.spec:REWARD_SPECS"}, "is not callable"),
-        ({"formula": "r_search", "answerer": LEXICAL, "answerer_options": {"a": 1}}, "only apply when the answerer names a class"),
+        (
+            {"formula": "r_search", "answerer": LEXICAL, "answerer_options": {"a": 1}},
+            "only apply when the answerer names a class",
+        ),
         ({"base": "nonexistent-spec-zz"}, "unknown reward spec"),
+        ({"formula": ["outcome"]}, "unknown reward formula"),
+        ({"formula": "outcome", "name": 3}, "'name' must be a string"),
         (42, "cannot make a reward from int"),
     ],
 )
@@ -245,11 +295,12 @@ def test_ready_objects_pass_through() -> None:
 
 
 _TAGS = sorted({t for p in PROTOCOLS.values() for t in p.all_tags})
-_TEXT = st.lists(st.one_of(st.sampled_from(_TAGS), st.text(max_size=10), st.sampled_from(["Paris", " the "])), max_size=12)
+_ODD = st.sampled_from(["Paris", " the ", "\udce9", "\ufffd", "É"])  # gold, article, surrogate, U+FFFD, capital
+_TEXT = st.lists(st.one_of(st.sampled_from(_TAGS), st.text(max_size=10), _ODD), max_size=12)
 _SPECS = {name: load_reward(name, **({"answerer": LEXICAL} if name == "r-search" else {})) for name in REWARD_SPECS}
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=120, deadline=None, derandomize=True)
 @given(pieces=_TEXT, protocol=st.sampled_from(sorted(PROTOCOLS)), golds=st.lists(st.text(max_size=8), max_size=3))
 def test_every_spec_stays_in_range_on_any_text(pieces: list[str], protocol: str, golds: list[str]) -> None:
     rollout = Rollout.from_text("".join(pieces), golds or ["Paris"], protocol=protocol, question="capital of France")
@@ -261,3 +312,20 @@ def test_every_spec_stays_in_range_on_any_text(pieces: list[str], protocol: str,
         assert low - 1e-9 <= result.reward <= high + 1e-9, (name, result)
         assert all(isinstance(v, float) for v in result.parts.values())
         assert {"answer_score", "em", "f1", "cem", "format_ok", "retrieval_hit", "num_searches"} <= set(result.parts)
+
+
+@pytest.mark.slow
+def test_hf_answerer_judges_evidence_with_a_real_model(smollm2_dir: Path) -> None:
+    """R-Search's faithful setting: a frozen local LM answers from the evidence alone (greedy, so repeatable)."""
+    spec = load_reward(
+        "r-search",
+        answerer="searchenv.reward_specs.answerers:HFAnswerer",
+        answerer_options={"model": str(smollm2_dir), "max_new_tokens": 12},
+    )
+    good = Rollout.from_text(
+        f"<search>capital of France</search>{OBS} {EV_GOOD} <answer>Paris</answer>", GOLDS, "r-search", QUESTION
+    )
+    first, second = spec(good), spec(good)
+    assert first == second
+    assert 0.0 < first.parts["evidence_score"] <= 1.0
+    assert first.reward == pytest.approx(1.0 + first.parts["evidence_score"] + 0.4)

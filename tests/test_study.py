@@ -19,7 +19,7 @@ ENGINES = ["random", "bm25", "e5-hnsw", "e5-exact"]
 
 @pytest.fixture(scope="module")
 def small_setup(shared_data, tmp_path_factory):
-    """The first 12 HotpotQA questions and a 100-passage corpus holding their gold paragraphs plus distractors."""
+    """The first 12 HotpotQA questions and a 60-passage corpus holding their gold paragraphs plus distractors."""
     from searchenv.reward_specs.metrics import answer_in_passages
 
     questions = [json.loads(line) for line in (shared_data / "qa" / "hotpotqa_100.jsonl").open()][:12]
@@ -30,7 +30,7 @@ def small_setup(shared_data, tmp_path_factory):
         for i in range(len(full))
         if answer_in_passages(q["golden_answers"], [full.search_text(i)]) and q["golden_answers"] != ["yes"]
     }
-    keep = sorted(gold)[:60] + [i for i in range(len(full)) if i not in gold][: 100 - min(len(gold), 60)]
+    keep = sorted(gold)[:40] + [i for i in range(len(full)) if i not in gold][: 60 - min(len(gold), 40)]
     root = tmp_path_factory.mktemp("study")
     corpus = Corpus([full.ids[i] for i in keep], [full.titles[i] for i in keep], [full.texts[i] for i in keep])
     corpus.to_jsonl(root / "corpus.jsonl")

@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from searchenv.protocol import PROTOCOLS
 from searchenv.reward_specs.wellformed import FormatCheck, check_format, find_garbled, single_block
 
+from searchenv.protocol import PROTOCOLS
+
 INFO = "\n\n<information>Doc 1(Title: Paris) Paris is the capital of France.\n</information>\n\n"
-OK_ONE_SEARCH = f"<think>I need facts.</think>\n<search> capital of France </search>{INFO}<think>Got it.</think>\n<answer> Paris </answer>"
+OK_ONE_SEARCH = (
+    f"<think>I need facts.</think>\n<search> capital of France </search>{INFO}<think>Got it.</think>\n"
+    "<answer> Paris </answer>"
+)
 
 SEARCH_R1_OK = [
     "<think>I know this.</think><answer>Paris</answer>",
@@ -19,7 +22,10 @@ SEARCH_R1_OK = [
     OK_ONE_SEARCH + "<|im_end|>",  # decoder left the end-of-turn marker in
     OK_ONE_SEARCH + "\n<|endoftext|>\n",
     # retrieved text is opaque: tags inside it are not parsed
-    f"<think>a</think><search>q</search><information>x <answer>y</answer> </think> z</information><think>b</think><answer>c</answer>",
+    (
+        "<think>a</think><search>q</search><information>x <answer>y</answer> </think> z</information>"
+        "<think>b</think><answer>c</answer>"
+    ),
     "<think></think><answer></answer>",  # empty contents are not a format error (as in Search-R1)
     "<think>a\ufffd</think><answer>b</answer>",  # garbled text is an R1-Searcher rule, not Search-R1's
 ]
@@ -33,11 +39,17 @@ SEARCH_R1_BAD = [
     (f"<think>a</think><search>q</search>{INFO}", "missing answer: the response ends after </information>"),
     ("<think>a</think> So: <answer>b</answer>", "text between </think> and <answer>"),
     ("<think>a</think><search>q</search> hmm <information>x</information>", "text between </search> and <information>"),
-    (f"<think>a</think><search>q</search>{INFO}then<think>b</think><answer>c</answer>", "text between </information> and <think>"),
+    (
+        f"<think>a</think><search>q</search>{INFO}then<think>b</think><answer>c</answer>",
+        "text between </information> and <think>",
+    ),
     ("Sure! <think>a</think><answer>b</answer>", "text before <think>"),
     ("<think>a</think><answer>b</answer> Hope this helps", "text after the final </answer>"),
     # the model writes its own information block: R1-Searcher's reward hack
-    ("<think>a</think><information>Paris</information><think>b</think><answer>Paris</answer>", "<information> block without a search"),
+    (
+        "<think>a</think><information>Paris</information><think>b</think><answer>Paris</answer>",
+        "<information> block without a search",
+    ),
     ("<think>a</think><answer>b", "unbalanced <answer>: never closed"),
     ("<think>a</think><search>q</search><information>x", "unbalanced <information>: never closed"),
     ("<think>a</think></think><answer>b</answer>", "unbalanced </think>: no open <think>"),
@@ -47,9 +59,18 @@ SEARCH_R1_BAD = [
     ("<think>a<think>b</think></think><answer>c</answer>", "nested <think> inside <think>"),
     ("<think>a</think><answer>b</answer><think>c</think>", "<think> after the final </answer>"),
     ("<think>a</think><answer>b</answer><answer>c</answer>", "<answer> after the final </answer>"),
-    ("<search>q</search><information>x</information><think>a</think><answer>b</answer>", "unexpected <search> after the start; expected <think>"),
-    ("<think>a</think><search>q</search><information>x</information><answer>b</answer>", "unexpected <answer> after </information>; expected <think>"),
-    ("<think>a</think><think>b</think><answer>c</answer>", "unexpected <think> after </think>; expected <search> or <answer>"),
+    (
+        "<search>q</search><information>x</information><think>a</think><answer>b</answer>",
+        "unexpected <search> after the start; expected <think>",
+    ),
+    (
+        "<think>a</think><search>q</search><information>x</information><answer>b</answer>",
+        "unexpected <answer> after </information>; expected <think>",
+    ),
+    (
+        "<think>a</think><think>b</think><answer>c</answer>",
+        "unexpected <think> after </think>; expected <search> or <answer>",
+    ),
     ("<answer>Paris</answer>", "unexpected <answer> after the start; expected <think>"),
 ]
 
@@ -67,15 +88,26 @@ def test_search_r1_malformed_names_the_problem(response: str, reason: str) -> No
 
 
 Q, D = ("<|begin_of_query|>", "<|end_of_query|>"), ("<|begin_of_documents|>", "<|end_of_documents|>")
-R1_OK = f"<think>look up</think>{Q[0]} capital of France {Q[1]}\n{D[0]}Paris \ufffd is it{D[1]}\n<think>ok</think><answer>Paris</answer>"
+R1_OK = (
+    f"<think>look up</think>{Q[0]} capital of France {Q[1]}\n{D[0]}Paris \ufffd is it{D[1]}\n"
+    "<think>ok</think><answer>Paris</answer>"
+)
 
 
 @pytest.mark.parametrize(
     ("response", "ok", "reason"),
     [
         (R1_OK, True, ""),  # garbled characters inside retrieved documents are not the model's fault
-        (f"<think>a</think>{D[0]}Paris{D[1]}<think>b</think><answer>Paris</answer>", False, f"{D[0]} block without a search"),
-        ("<think>the answer is \ufffd\ufffd</think><answer>Paris</answer>", False, "garbled text: replacement character U+FFFD at offset 21"),
+        (
+            f"<think>a</think>{D[0]}Paris{D[1]}<think>b</think><answer>Paris</answer>",
+            False,
+            f"{D[0]} block without a search",
+        ),
+        (
+            "<think>the answer is \ufffd\ufffd</think><answer>Paris</answer>",
+            False,
+            "garbled text: replacement character U+FFFD at offset 21",
+        ),
         ("<think>ok</think><answer>Par\x07is</answer>", False, "garbled text: non-printable character U+0007"),
         ("<think>a\ue000</think><answer>b</answer>", False, "garbled text: non-printable character U+E000"),
         ("<think>tabs\tand\nnewlines are fine</think><answer>b</answer>", True, ""),
@@ -109,7 +141,11 @@ EV = "<original_evidence>Paris is the capital of France.</original_evidence>"
         (f"{EV}<answer>Paris</answer>", True, ""),  # evidence without a search is allowed
         (f"<search>q</search>{OBS}<answer>Paris</answer>", False, "missing <original_evidence> block before <answer>"),
         (f"<search>q</search>{OBS}{EV}{EV}<answer>Paris</answer>", False, "more than one <original_evidence> block"),
-        (f"<search>q</search>{OBS}{EV}<answer>a</answer><answer>b</answer>", False, "<answer> after the final </answer>"),
+        (
+            f"<search>q</search>{OBS}{EV}<answer>a</answer><answer>b</answer>",
+            False,
+            "<answer> after the final </answer>",
+        ),
         (f"{OBS}<answer>Paris</answer>", False, "<observation> block without a search"),
         (f"{EV}<search>q</search>{OBS}<answer>Paris</answer>", False, "unexpected <search> after </original_evidence>"),
         ("Thinking only.", False, "missing answer"),
@@ -157,7 +193,7 @@ _TAGS = sorted({t for p in PROTOCOLS.values() for t in p.all_tags})
 _TAGGY_TEXT = st.lists(st.one_of(st.sampled_from(_TAGS), st.text(max_size=12)), max_size=14).map("".join)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, derandomize=True)
 @given(text=st.one_of(st.text(), _TAGGY_TEXT), name=st.sampled_from(sorted(PROTOCOLS)))
 def test_check_format_never_raises(text: str, name: str) -> None:
     result = check_format(text, name)
@@ -165,7 +201,7 @@ def test_check_format_never_raises(text: str, name: str) -> None:
     assert result.ok == (result.reason == "")
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(
     name=st.sampled_from(sorted(PROTOCOLS)),
     searches=st.integers(0, 4),

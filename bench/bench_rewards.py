@@ -1,0 +1,109 @@
+"""Reward scoring cost: searchenv's specs against Search-R1's EM scorer (as vendored by skyrl-gym), same run.
+
+1. Score 1,000 Search-R1-style responses built from NQ questions (one search round, three real wiki-18
+   passages, answer right or wrong): skyrl-gym's ``compute_score`` (EM only, regex extraction) against
+   searchenv's ``Rollout.from_text`` + ``em`` and + ``format-retrieval`` (format state machine + retrieval hit).
+2. Retrieval hit / recall@3 over the same 1,000 × 3 passages: ``answer_in_passages`` against the per-passage
+   normalise-then-search check Search-R1 uses (skyrl-gym's ``normalize_answer`` on each passage), and one
+   scan of the full 19,637-passage ``union.jsonl`` for 20 questions.
+
+    python bench/bench_rewards.py [--questions 1000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+from searchenv.reward_specs import Rollout, answer_in_passages, load_reward
+from skyrl_gym.envs.search import utils as peer
+
+from searchenv.protocol import PROTOCOLS
+from searchenv.types import Passage, split_contents
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def best_of(repeats: int, fn: Callable[[], object]) -> float:
+    """Fastest of ``repeats`` wall-clock runs, in seconds (the least disturbed by the shared machine)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def peer_hit(golds: list[str], texts: list[str]) -> bool:
+    """Search-R1's retrieval check: normalised gold as a substring of each normalised passage."""
+    answers = [peer.normalize_answer(g) for g in golds]
+    return any(a in peer.normalize_answer(t) for t in texts for a in answers)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--questions", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    rng = random.Random(0)
+    rows = [json.loads(line) for line in (SHARED / "qa" / "nq_test_1000.jsonl").open()][: args.questions]
+    corpus = [json.loads(line)["contents"] for line in (SHARED / "corpus" / "wiki18_ros.jsonl").open()]
+    protocol = PROTOCOLS["search-r1"]
+    cases = []
+    for row in rows:
+        passages = [Passage(str(i), *split_contents(corpus[i])) for i in rng.sample(range(len(corpus)), 3)]
+        answer = row["golden_answers"][0] if rng.random() < 0.5 else "no idea"
+        response = (
+            f"<think>I should look this up.</think>\n<search> {row['question']} </search>"
+            f"{protocol.format_passages(passages)}<think>Now I know.</think>\n<answer> {answer} </answer>"
+        )
+        cases.append((response, row["golden_answers"], [p.contents for p in passages]))
+
+    em_spec, fr_spec = load_reward("em"), load_reward("format-retrieval")
+    n = len(cases)
+    timings = {
+        "skyrl-gym compute_score (EM)": best_of(
+            args.repeats, lambda: [peer.compute_score(r, {"target": g}) for r, g, _ in cases]
+        ),
+        "searchenv from_text + em": best_of(
+            args.repeats, lambda: [em_spec(Rollout.from_text(r, g)) for r, g, _ in cases]
+        ),
+        "searchenv from_text + format-retrieval": best_of(
+            args.repeats, lambda: [fr_spec(Rollout.from_text(r, g)) for r, g, _ in cases]
+        ),
+    }
+    agree = sum(
+        float(peer.compute_score(r, {"target": g})) == em_spec(Rollout.from_text(r, g)).reward for r, g, _ in cases
+    )
+    print(f"## scoring {n} responses (EM agreement with skyrl-gym: {agree}/{n})")
+    base = timings["skyrl-gym compute_score (EM)"]
+    for name, seconds in timings.items():
+        print(f"| {name} | {seconds / n * 1e6:.1f} µs/response | {base / seconds:.2f}× skyrl-gym |")
+
+    peer_s = best_of(args.repeats, lambda: [peer_hit(g, t) for _, g, t in cases])
+    ours_s = best_of(args.repeats, lambda: [answer_in_passages(g, t) for _, g, t in cases])
+    ours_hits = sum(answer_in_passages(g, t) for _, g, t in cases)
+    peer_hits = sum(peer_hit(g, t) for _, g, t in cases)
+    print(f"## retrieval hit over {n} × 3 passages (hits: searchenv {ours_hits}, Search-R1 substring {peer_hits})")
+    print(f"| Search-R1 per-passage check | {peer_s / n * 1e6:.1f} µs/question | 1.00× |")
+    print(f"| searchenv answer_in_passages | {ours_s / n * 1e6:.1f} µs/question | {peer_s / ours_s:.2f}× |")
+
+    union = [json.loads(line)["contents"] for line in (SHARED / "corpus" / "union.jsonl").open()]
+    golds = [r["golden_answers"] for r in rows[:20]]
+    peer_s = best_of(1, lambda: [peer_hit(g, union) for g in golds])
+    ours_s = best_of(1, lambda: [answer_in_passages(g, union) for g in golds])
+    print(f"## one scan of {len(union)} passages, {len(golds)} questions")
+    print(f"| Search-R1 per-passage check | {peer_s / len(golds):.2f} s/question | 1.00× |")
+    print(f"| searchenv answer_in_passages | {ours_s / len(golds):.2f} s/question | {peer_s / ours_s:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""The built-in PPO / GRPO / REINFORCE++ loop: advantages, masking of environment tokens, real update steps."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from searchenv.adapters.generation import load_policy, make_envs
+from searchenv.adapters.ppo import (
+    PPOConfig,
+    Trainer,
+    collate,
+    gae_advantages,
+    grpo_advantages,
+    policy_loss,
+    reinforce_pp_advantages,
+    token_logprobs,
+    token_rewards,
+)
+from searchenv.reward_specs import RewardResult
+
+from searchenv.tokenization import EpisodeTokens, encode_prompt
+
+
+# -- advantages (pure tensor maths) -----------------------------------------------------------------------
+def test_grpo_advantages_are_normalised_within_each_group_on_model_tokens_only():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    mask = torch.tensor([[1, 1, 0, 1]] * 8, dtype=torch.float32)
+    adv = grpo_advantages(rewards, 4, mask)
+    first = adv[:4, 0]
+    assert first[0] > 0 > first[1] and torch.allclose(first.mean(), torch.tensor(0.0), atol=1e-6)
+    assert torch.allclose(first.std(), torch.tensor(1.0), atol=1e-4)
+    assert torch.all(adv[4:] == 0)  # a group with equal rewards teaches nothing
+    assert torch.all(adv[:, 2] == 0)  # the environment token gets no advantage
+
+
+def test_gae_with_unit_gamma_lambda_is_return_minus_value_and_skips_env_tokens():
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0, 0.0]])
+    values = torch.tensor([[0.2, 0.3, 9.0, 9.0, 0.5, 9.0]]) * mask
+    rewards = token_rewards(torch.tensor([1.0]), mask, kl=None, kl_coef=0.0)
+    assert rewards.tolist() == [[0, 0, 0, 0, 1, 0]]  # the outcome lands on the last model token
+    adv, ret = gae_advantages(rewards, values, mask, gamma=1.0, lam=1.0)
+    assert torch.allclose(adv, torch.tensor([[0.8, 0.7, 0, 0, 0.5, 0]]))
+    assert torch.allclose(ret, torch.tensor([[1.0, 1.0, 0, 0, 1.0, 0]]))
+
+
+def test_reinforce_pp_returns_carry_across_env_tokens_and_are_whitened_over_the_batch():
+    mask = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    kl = torch.tensor([[0.5, 7.0, 0.5, 7.0], [0.0, 0.0, 7.0, 7.0]])
+    rewards = token_rewards(torch.tensor([1.0, 0.0]), mask, kl=kl, kl_coef=0.1)
+    assert torch.allclose(rewards, torch.tensor([[-0.05, 0, 0.95, 0], [0, 0, 0, 0]]))  # KL only on model tokens
+    adv = reinforce_pp_advantages(rewards, mask, gamma=1.0)
+    # raw returns: row 0 -> [0.9, ., 0.95, .], row 1 -> [0, 0, ., .]; whitening keeps their order
+    assert adv[0, 2] > adv[0, 0] > adv[1, 0] == adv[1, 1]
+    assert torch.allclose((adv * mask).sum(), torch.tensor(0.0), atol=1e-5)
+    assert torch.all(adv[mask == 0] == 0)
+
+
+# -- the loss does not see environment tokens ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def policy(smollm2_dir):
+    torch.set_num_threads(1)
+    return load_policy(str(smollm2_dir))
+
+
+def _episode(tokenizer, question: str, parts: list[tuple[str, str]]):
+    builder = EpisodeTokens(tokenizer, encode_prompt(tokenizer, question))
+    for author, text in parts:
+        if author == "model":
+            builder.add_model(tokenizer(text, add_special_tokens=False)["input_ids"], None)
+        else:
+            builder.add_env(text)
+    return builder.result()
+
+
+def _grads(model, batch, old, ref, adv) -> list[torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    logprobs = token_logprobs(model, batch)
+    loss, _ = policy_loss(logprobs, old, adv, batch.loss_mask, 0.2, ref, 0.001)
+    loss.backward()
+    return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+def test_policy_gradient_is_independent_of_environment_tokens(policy):
+    model, tok = policy
+    episodes = [
+        _episode(
+            tok,
+            "Q one?",
+            [
+                ("model", "<search> a </search>"),
+                ("env", "\n\n<information>x y z</information>\n\n"),
+                ("model", "<answer> b </answer>"),
+            ],
+        ),
+        _episode(tok, "Question two?", [("model", "hmm"), ("env", "\nMy previous action is invalid.\n")]),
+    ]
+    batch = collate(episodes, [1.0, 0.0], tok.pad_token_id)
+    mask = batch.loss_mask
+    env = (batch.response_mask > 0) & (mask == 0)
+    assert env.any() and (mask > 0).any()
+    with torch.no_grad():
+        old = token_logprobs(model, batch) + 0.05 * mask
+        ref = old - 0.1
+    adv = torch.tensor([[1.0], [-1.0]]).expand_as(mask).clone()
+    base = _grads(model, batch, old, ref, adv)
+
+    # perturb everything that lives on environment positions: stored logprobs, advantages, and the ids of the
+    # trailing hint of episode 2 (no model token follows it, so it only ever appears as a target)
+    noise = torch.randn_like(old) * 3
+    perturbed = collate(episodes, [1.0, 0.0], tok.pad_token_id)
+    tail = env[1].nonzero().flatten() + perturbed.prompt_width
+    perturbed.input_ids[1, tail] = torch.randint(100, 5000, (len(tail),))
+    moved = _grads(
+        model, perturbed, torch.where(env, noise, old), torch.where(env, noise, ref), torch.where(env, noise, adv)
+    )
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(base, moved))
+
+    # control: the same perturbation on a model token does change the gradient
+    first_model = mask[0].nonzero()[0, 0]
+    adv_changed = adv.clone()
+    adv_changed[0, first_model] = 5.0
+    changed = _grads(model, batch, old, ref, adv_changed)
+    assert not all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(base, changed))
+
+
+# -- a few real steps change the weights ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class WordCountReward:
+    """A user-supplied reward with variance even for an untrained model: fewer words score higher."""
+
+    name: str = "brevity"
+
+    def __call__(self, rollout) -> RewardResult:
+        words = len(rollout.model_text.split())
+        return RewardResult(1.0 / (1.0 + words), {"words": float(words)})
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo", "reinforce++"])
+def test_a_step_of_each_algorithm_updates_the_policy(smollm2_dir, tmp_path, algorithm):
+    torch.set_num_threads(1)
+    model, tok = load_policy(str(smollm2_dir))
+    config = PPOConfig(
+        algorithm=algorithm,
+        lr=1e-4,
+        critic_lr=1e-3,
+        prompts_per_step=2 if algorithm != "grpo" else 1,
+        group_size=2 if algorithm == "grpo" else 1,
+        mini_batch_size=2,
+        micro_batch_size=1,
+        max_new_tokens=8,
+        max_total_tokens=400,
+        steps=1,
+        seed=3,
+    )
+    envs = make_envs(
+        config.episodes_per_step, retriever="random", reward=WordCountReward(), max_turns=2, max_information_words=20
+    )
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = Trainer(model, tok, envs, config, log_path=tmp_path / "log.jsonl")
+    critic_before = trainer.critic.head.bias.detach().clone() if trainer.critic is not None else None
+    (metrics,) = trainer.train()
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.reference.parameters()))  # reference is frozen
+    if critic_before is not None:
+        assert not torch.equal(critic_before, trainer.critic.head.bias)
+    logged = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[0])
+    for key in ("reward", "model_tokens", "valid_searches", "invalid_actions", "kl", "loss", "reward/words"):
+        assert key in logged and logged[key] == pytest.approx(metrics[key])
+    assert logged["loss"] == logged["loss"]  # not NaN
+
+
+def test_config_and_trainer_reject_inconsistent_settings(policy):
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        PPOConfig(algorithm="grpo", group_size=1)
+    with pytest.raises(ValueError, match="algorithm"):
+        PPOConfig(algorithm="dpo")  # type: ignore[arg-type]
+    model, tok = policy
+    with pytest.raises(ValueError, match="one environment per episode"):
+        Trainer(model, tok, make_envs(1, retriever="random"), PPOConfig(prompts_per_step=1, group_size=2))
