@@ -370,11 +370,16 @@ class Trainer:
     @torch.no_grad()
     def _score(self, batch: Batch):
         cfg = self.config
-        old_logprobs = self._chunked(lambda b: token_logprobs(self.model, b, cfg.temperature), batch)
-        ref_logprobs = kl = None
+        # GRPO with a single update per batch is exactly on-policy: the "old" logprobs equal the ones the update
+        # computes, so that forward pass is skipped (PPO and REINFORCE++ still need them for the KL penalty).
+        on_policy = cfg.ppo_epochs == 1 and cfg.mini_batch_size >= cfg.episodes_per_step
+        old_logprobs = ref_logprobs = kl = None
+        if not (cfg.algorithm == "grpo" and on_policy):
+            old_logprobs = self._chunked(lambda b: token_logprobs(self.model, b, cfg.temperature), batch)
         if self.reference is not None:
             ref_logprobs = self._chunked(lambda b: token_logprobs(self.reference, b, cfg.temperature), batch)
-            kl = (old_logprobs - ref_logprobs) * batch.loss_mask
+            if old_logprobs is not None:
+                kl = (old_logprobs - ref_logprobs) * batch.loss_mask
         old_values = returns = None
         if cfg.algorithm == "grpo":
             advantages = grpo_advantages(batch.rewards, cfg.group_size, batch.loss_mask)
@@ -414,7 +419,7 @@ class Trainer:
                     logprobs = token_logprobs(self.model, mb, cfg.temperature)
                     loss, stats = policy_loss(
                         logprobs,
-                        old_logprobs[micro],
+                        logprobs.detach() if old_logprobs is None else old_logprobs[micro],
                         advantages[micro],
                         mb.loss_mask,
                         cfg.clip_eps,
@@ -454,7 +459,7 @@ class Trainer:
             "invalid_actions": mean("invalid_actions"),
             "answered": mean("answered"),
             "truncated": mean("truncated"),
-            "kl": masked_mean(kl, batch.loss_mask).item() if kl is not None else 0.0,
+            "kl": masked_mean(kl, batch.loss_mask).item() if kl is not None else stats.get("kl_loss", 0.0),
             "loss": stats.get("pg_loss", math.nan),
             **{k: v for k, v in stats.items() if k != "pg_loss"},
             **{f"reward/{k}": float(np.mean(v)) for k, v in parts.items()},

@@ -18,7 +18,7 @@ Configuration (``environment.skyrl_gym.searchenv`` in SkyRL's config) takes Sear
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from searchenv.adapters.verl_data import (
     PROMPT_MODES,
@@ -32,6 +32,9 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, Con
 
 from searchenv.data import example_from_row
 from searchenv.types import QAExample
+
+if TYPE_CHECKING:
+    from searchenv.env import SearchQAEnv
 
 __all__ = ["ENV_ID", "SearchQASkyRLEnv", "register_skyrl_env"]
 
@@ -85,7 +88,7 @@ class SearchQASkyRLEnv(BaseTextEnv):
             raise ValueError(f"env_config.prompt must be one of {PROMPT_MODES}, got {self.prompt_mode!r}")
         self.max_turns = int(self.extras.get("max_turns", options.pop("max_turns", 4)))
         self.options = {**options, "max_turns": self.max_turns}
-        self.env: Any = None  # the SearchQAEnv, built in init() once the prompt is known
+        self.env: SearchQAEnv | None = None  # built in init(), once the prompt is known
 
     def init(self, prompt: ConversationType) -> tuple[ConversationType, dict[str, Any]]:
         """Start the episode; returns the conversation the model sees and the reset info."""

@@ -90,21 +90,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-#: A worked example in the search-r1 tags; {question} is filled in by the protocol.
+#: A short instruction and one worked example in the search-r1 tags; {question} is filled in by the protocol.
 _DEMONSTRATION = (
-    "Example:\nQuestion: Who founded Orvane Abbey?\n<think> I do not know, I should search. </think>\n"
+    "Answer the question. Think inside <think> </think>, search with <search> query </search> (results come "
+    "back inside <information> </information>) and give the final answer inside <answer> </answer>.\n\n"
+    "Question: Who founded Orvane Abbey?\n<think> I do not know, I should search. </think>\n"
     "<search> Orvane Abbey founder </search>\n\n<information>Doc 1(Title: Orvane Abbey) Orvane Abbey was founded "
     "by Tesk Mallor in 1210.\n</information>\n\n<think> The passage says Tesk Mallor. </think>\n"
-    "<answer> Tesk Mallor </answer>\n\n"
+    "<answer> Tesk Mallor </answer>\n\nQuestion: {question}\n"
 )
 
 
 def with_demonstration(protocol: str) -> Any:
-    """``protocol`` with one worked example before the question.
+    """The search-r1 protocol with a short prompt made of one worked example.
 
-    Tiny instruct models (SmolLM2-135M) almost never write the tags from the instruction alone, which leaves
-    RL without a single rewarded sample; one demonstration, with plain-text prompting, makes them appear in
-    roughly one sample in ten, enough for GRPO to start from.
+    Tiny instruct models (SmolLM2-135M) never wrote a tag in 16 samples from the standard instruction; with
+    this demonstration and plain-text prompting (``--chat-template off``) about one sample in six searches,
+    enough for GRPO to start from. Short, too: CPU time is dominated by prompt tokens.
     """
     import dataclasses
 
@@ -113,9 +115,7 @@ def with_demonstration(protocol: str) -> Any:
     base = get_protocol(protocol)
     if base.name != "search-r1":
         raise ValueError(f"--demonstration is written for the search-r1 tags, not {base.name!r}")
-    head, _, _ = base.prompt_template.partition("Question: {question}")
-    template = head + "\n\n" + _DEMONSTRATION + "Question: {question}\n"
-    return dataclasses.replace(base, name=f"{base.name}+demo", prompt_template=template)
+    return dataclasses.replace(base, name=f"{base.name}+demo", prompt_template=_DEMONSTRATION)
 
 
 def plot_log(log_path: str | Path, png_path: str | Path, title: str | None = None) -> None:

@@ -7,8 +7,10 @@ veRL, Search-R1 and SkyRL all train from the same row layout (SPEC §6)::
 
 veRL picks the agent loop per row from an ``agent_name`` column; SkyRL picks the environment from
 ``env_class`` and hands every other column to the environment as ``extras`` (the gold answers under
-``reward_spec``). This module writes both flavours (``python -m searchenv.adapters.verl_data``) and holds the
-two helpers both trainer adapters use to read a row: :func:`row_example` and :func:`episode_env`.
+``reward_spec``). This module writes both flavours (``python -m searchenv.adapters.verl_data``) and holds what
+both trainer adapters use to play a row: :func:`row_example` (question and gold answers),
+:func:`choose_conversation` (the first conversation) and :func:`episode_env` (a fresh environment sharing the
+config's retriever and reward spec).
 
 Command line::
 
@@ -258,10 +260,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     splits = args.split or (["train", "test"] if args.dataset == ["world"] else ["test"])
+    try:
+        by_split = build_rows(args.dataset, splits, args.protocol, args.trainer, args.limit)
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
     written = []
-    for split, rows in build_rows(args.dataset, splits, args.protocol, args.trainer, args.limit).items():
+    for split, rows in by_split.items():
         path = write_rows(rows, Path(args.output) / f"{split}.parquet")
         print(f"wrote {len(rows)} rows to {path}")
         written.append(path)

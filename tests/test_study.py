@@ -61,6 +61,8 @@ def test_study_writes_table_and_plot_and_reuses_its_indexes(small_setup, capsys)
     assert recall["e5-exact", 5] >= 0.5 and recall["bm25", 5] >= 0.5
     assert recall["e5-exact", 5] > recall["random", 5] and recall["bm25", 5] > recall["random", 5]
     assert (root / "out" / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = (root / "out" / "study.md").read_text().splitlines()
+    assert table[0].startswith("| dataset | engine | questions | R@1 | R@3 | R@5 |") and len(table) == 2 + len(ENGINES)
     records = sorted((root / "indexes").glob("*/exact.json"))
     assert len(records) == 1 and (records[0].parent / "hnsw.json").exists()
     stamp = records[0].stat().st_mtime_ns
