@@ -39,8 +39,7 @@ from searchenv.reward_specs.base import Rollout
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from searchenv.env import SearchQAEnv, step_batch_async
-from searchenv.protocol import parse_action
-from searchenv.tokenization import EpisodeTokens, cut_at_action_end
+from searchenv.tokenization import EpisodeTokens
 
 __all__ = ["SearchEnvAgentLoop", "compute_score"]
 
@@ -136,12 +135,7 @@ class SearchEnvAgentLoop(AgentLoopBase):
         """
         if ids and not logprobs:
             logprobs = None  # veRL's server client reports [] when log-probabilities were not requested
-        full = self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        parsed = parse_action(full, env.protocol)
-        if parsed.kind != "invalid" and parsed.dropped:
-            ids = ids[: cut_at_action_end(self.tokenizer, ids, parsed.kept)]
-        tokens.add_model(ids, None if logprobs is None else list(logprobs[: len(ids)]))
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return tokens.add_action(ids, logprobs, env.protocol)
 
     def _output(
         self, env: SearchQAEnv, tokens: EpisodeTokens, timing: dict[str, float], preempted: int
@@ -151,8 +145,7 @@ class SearchEnvAgentLoop(AgentLoopBase):
         if cut_by_length:
             # The response budget ran out before an answer or the action budget: score what there is, so
             # every sample of the batch carries a reward and the same metric keys.
-            result = env.reward_spec(env._rollout())
-            episode.reward, episode.reward_parts = float(result.reward), dict(result.parts)
+            env.truncate()
         built = tokens.result()
         n = self.response_length
         metrics = {

@@ -12,7 +12,7 @@ both trainer adapters use to play a row: :func:`row_example` (question and gold 
 :func:`choose_conversation` (the first conversation) and :func:`episode_env` (a fresh environment sharing the
 config's retriever and reward spec).
 
-Command line::
+Command line (also ``searchenv verl-data`` once wired into the CLI)::
 
     python -m searchenv.adapters.verl_data --dataset world --output data/searchenv
     python -m searchenv.adapters.verl_data --dataset nq --dataset hotpotqa --split train --output data/nq_hotpotqa
@@ -40,6 +40,7 @@ __all__ = [
     "AGENT_NAME",
     "PROMPT_MODES",
     "SKYRL_ENV_CLASS",
+    "add_parser",
     "build_rows",
     "choose_conversation",
     "episode_env",
@@ -47,6 +48,7 @@ __all__ = [
     "plain",
     "row_example",
     "search_r1_row",
+    "write_datasets",
     "write_rows",
 ]
 
@@ -60,6 +62,7 @@ PROMPT_MODES = ("auto", "dataset", "env")
 ABILITY = "fact-reasoning"
 
 Trainer = Literal["verl", "skyrl"]
+_DESCRIPTION = "Write Search-R1 / veRL (or SkyRL) training parquet files from searchenv datasets."
 
 # Options an adapter passes to every episode's SearchQAEnv unless its config says otherwise. The corpus
 # default is the embedded world, so a bare config trains on the generated world with BM25.
@@ -234,11 +237,7 @@ def build_rows(
     return out
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m searchenv.adapters.verl_data",
-        description="Write Search-R1 / veRL (or SkyRL) training parquet files from searchenv datasets.",
-    )
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dataset",
         action="append",
@@ -256,23 +255,42 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--trainer", choices=["verl", "skyrl"], default="verl", help="adds agent_name or env_class")
     parser.add_argument("--limit", type=int, default=None, help="keep the first N questions of each dataset")
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> list[Path]:
-    parser = _parser()
-    args = parser.parse_args(argv)
+def write_datasets(args: argparse.Namespace) -> list[Path]:
+    """Write one parquet file per split from parsed command-line arguments; returns the paths."""
     splits = args.split or (["train", "test"] if args.dataset == ["world"] else ["test"])
-    try:
-        by_split = build_rows(args.dataset, splits, args.protocol, args.trainer, args.limit)
-    except (ValueError, FileNotFoundError) as exc:
-        parser.error(str(exc))
     written = []
-    for split, rows in by_split.items():
+    for split, rows in build_rows(args.dataset, splits, args.protocol, args.trainer, args.limit).items():
         path = write_rows(rows, Path(args.output) / f"{split}.parquet")
         print(f"wrote {len(rows)} rows to {path}")
         written.append(path)
     return written
+
+
+def _run(args: argparse.Namespace) -> int:
+    write_datasets(args)
+    return 0
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``searchenv verl-data`` on the CLI's subparsers."""
+    parser = subparsers.add_parser(
+        "verl-data", help="write Search-R1 / veRL (or SkyRL) training parquet files", description=_DESCRIPTION
+    )
+    _add_arguments(parser)
+    parser.set_defaults(handler=_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> list[Path]:
+    parser = argparse.ArgumentParser(prog="python -m searchenv.adapters.verl_data", description=_DESCRIPTION)
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return write_datasets(args)
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
 
 
 if __name__ == "__main__":

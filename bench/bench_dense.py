@@ -108,6 +108,39 @@ def measure_factory(spec: str, vectors: np.ndarray, queries: np.ndarray, truth: 
     return row
 
 
+def hnsw_graph(vectors: np.ndarray, graph: Path, args) -> tuple[object | None, dict]:
+    """Load the finished graph, or add up to ``--build-budget-s`` worth of 50k-row steps to it and save it.
+
+    Returns ``(None, progress)`` when the graph is still incomplete or only building was asked for.
+    """
+    n, dim = vectors.shape
+    done_file = graph.with_suffix(".json")
+    built = json.loads(done_file.read_text()) if graph.exists() and done_file.exists() else {"rows": 0, "build_s": 0.0}
+    if built["rows"] == n:
+        print(f"HNSW graph ({n:,} rows) loaded from {graph}")
+        return (None if args.phase == "build" else faiss.read_index(str(graph))), built
+    if args.phase == "search":
+        raise SystemExit(f"{graph} holds {built['rows']:,} of {n:,} rows; run --phase build first")
+    if built["rows"]:
+        hnsw = faiss.read_index(str(graph))
+    else:
+        hnsw = faiss.IndexHNSWFlat(dim, args.m, faiss.METRIC_INNER_PRODUCT)
+        hnsw.hnsw.efConstruction = args.ef_construction
+    started = time.perf_counter()
+    while built["rows"] < n and time.perf_counter() - started < args.build_budget_s:
+        stop = min(built["rows"] + 50_000, n)
+        _, seconds = timed(hnsw.add, vectors[built["rows"] : stop])
+        built = {"rows": stop, "build_s": built["build_s"] + seconds}
+        print(f"HNSW{args.m}: {stop:,}/{n:,} rows, {built['build_s']:.0f} s of graph building so far", flush=True)
+    graph.parent.mkdir(parents=True, exist_ok=True)
+    faiss.write_index(hnsw, str(graph))
+    done_file.write_text(json.dumps(built))
+    if built["rows"] < n:
+        print(f"graph saved to {graph} ({built['rows']:,}/{n:,} rows); run --phase build again to continue")
+        return None, built
+    return (None if args.phase == "build" else hnsw), built
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=200_000, help="vectors (synthetic source)")
@@ -120,7 +153,8 @@ def main() -> None:
     parser.add_argument("--ef-search", default="16,64,128,256")
     parser.add_argument("--source", default="synthetic")
     parser.add_argument("--questions", default="../shared/data/qa/nq_test_1000.jsonl")
-    parser.add_argument("--phase", choices=["all", "build", "search"], default="all")
+    parser.add_argument("--phase", choices=["all", "build", "search", "exact"], default="all",
+                        help="build: HNSW graph only; search: needs a finished graph; exact: no HNSW at all")  # fmt: skip
     parser.add_argument("--build-budget-s", type=float, default=420, help="stop adding to the graph after this")
     parser.add_argument("--cache", default=os.environ.get("SEARCHENV_BENCH_CACHE", "/tmp/searchenv-bench"))
     parser.add_argument(
@@ -148,39 +182,14 @@ def main() -> None:
     result: dict = {"label": label, "n": n, "dim": dim, "queries": len(queries), "threads": faiss.omp_get_max_threads()}
     graph = Path(args.cache) / f"hnsw{args.m}-efc{args.ef_construction}-{args.source.replace('/', '_')}-{n}-{dim}.faiss"
 
-    done_file = graph.with_suffix(".json")
-    built = json.loads(done_file.read_text()) if graph.exists() and done_file.exists() else {"rows": 0, "build_s": 0.0}
-    if built["rows"] < n:
-        if args.phase == "search":
-            raise SystemExit(f"{graph} holds {built['rows']:,} of {n:,} rows; run --phase build first")
-        hnsw = (
-            faiss.read_index(str(graph))
-            if built["rows"]
-            else faiss.IndexHNSWFlat(dim, args.m, faiss.METRIC_INNER_PRODUCT)
-        )
-        hnsw.hnsw.efConstruction = args.ef_construction
-        before, started = rss_gb(), time.perf_counter()
-        while built["rows"] < n and time.perf_counter() - started < args.build_budget_s:
-            stop = min(built["rows"] + 50_000, n)
-            _, seconds = timed(hnsw.add, vectors[built["rows"] : stop])
-            built = {"rows": stop, "build_s": built["build_s"] + seconds}
-            print(f"HNSW{args.m}: {stop:,}/{n:,} rows, {built['build_s']:.0f} s of graph building so far", flush=True)
-        built["memory_gb"] = built.get("memory_gb", 0.0) + rss_gb() - before
-        graph.parent.mkdir(parents=True, exist_ok=True)
-        faiss.write_index(hnsw, str(graph))
-        done_file.write_text(json.dumps(built))
-        if built["rows"] < n or args.phase == "build":
-            print(f"graph saved to {graph}; run again to continue" if built["rows"] < n else f"graph saved to {graph}")
+    hnsw = None
+    if args.phase != "exact":
+        hnsw, built = hnsw_graph(vectors, graph, args)
+        if hnsw is None:
             return
-    else:
-        hnsw = faiss.read_index(str(graph))
-        print(f"HNSW graph ({n:,} rows) loaded from {graph}")
-    result["hnsw_build_s"] = built["build_s"]
-    result["hnsw_index_gb"] = graph.stat().st_size / 2**30
-    print(
-        f"HNSW{args.m} efConstruction {args.ef_construction}: build {built['build_s']:.1f} s (sum over runs), "
-        f"index {result['hnsw_index_gb']:.2f} GB"
-    )
+        result["hnsw_build_s"], result["hnsw_index_gb"] = built["build_s"], graph.stat().st_size / 2**30
+        print(f"HNSW{args.m} efConstruction {args.ef_construction}: build {built['build_s']:.1f} s (sum over runs), "
+              f"index file {result['hnsw_index_gb']:.2f} GB")  # fmt: skip
 
     before = rss_gb()
     flat = faiss.IndexFlatIP(dim)
@@ -196,7 +205,7 @@ def main() -> None:
           f"GEMM floor {result['gemm_qps']:.1f} q/s")  # fmt: skip
 
     result["hnsw"] = []
-    for ef in [int(e) for e in args.ef_search.split(",")]:
+    for ef in [int(e) for e in args.ef_search.split(",")] if hnsw is not None else []:
         hnsw.hnsw.efSearch = ef
         (_, approx), batched_s = timed(hnsw.search, queries, args.k)
         row = {"ef_search": ef, "recall": recall_at(approx, truth), "batched_qps": len(queries) / batched_s,

@@ -4,8 +4,9 @@ Starts ``python -m searchenv.retrievers.server`` in a child process, then for ea
 concurrent :class:`~searchenv.retrievers.remote.RemoteRetriever` clients (asyncio tasks spread over
 ``--client-procs`` processes) that send batches of ``--batch`` questions for ``--duration`` seconds, and reports
 queries/s, request latency p50/p99 and errors. Beside it, the same retriever is timed in-process on the same
-batches. The server cache is off by default so every query is really searched; ``--group`` adds a GRPO-like
-run where each batch holds ``batch / group`` questions repeated ``group`` times, with the cache on.
+batches, before and after the service runs (other jobs share this machine). The server cache is off for these
+rows so every query is really searched. ``--group G`` adds a GRPO-like run: 32 clients in groups of G send the
+same batches (a group's episodes share their question), served with the cache off and on.
 
     python bench/bench_server.py --retriever bm25 --clients 1,8,32,64 --duration 10
 """
@@ -31,13 +32,8 @@ from searchenv.types import Corpus
 DATA = Path(os.environ.get("SEARCHENV_DATA", "/work/shared/data"))
 
 
-def batches_of(questions: list[str], size: int, group: int) -> list[list[str]]:
-    """Batches of ``size`` queries; with ``group > 1`` each question appears ``group`` times (a GRPO group)."""
-    distinct = size // group
-    return [
-        [q for q in questions[i : i + distinct] for _ in range(group)]
-        for i in range(0, len(questions) - distinct + 1, distinct)
-    ]
+def batches_of(questions: list[str], size: int) -> list[list[str]]:
+    return [questions[i : i + size] for i in range(0, len(questions) - size + 1, size)]
 
 
 def in_process_qps(retriever: object, batches: list[list[str]], k: int, duration: float) -> float:
@@ -57,7 +53,7 @@ def _imported(_: int) -> bool:
 
 
 def _client_process(
-    url: str, tasks: int, offset: int, batches: list[list[str]], k: int, start_at: float, duration: float
+    url: str, tasks: int, offset: int, group: int, batches: list[list[str]], k: int, start_at: float, duration: float
 ) -> tuple[int, list[float], int, list[str]]:
     """One client process: ``tasks`` asyncio clients sharing a pooled RemoteRetriever; returns its tallies."""
 
@@ -69,7 +65,7 @@ def _client_process(
 
         async def client(index: int) -> None:
             nonlocal done, errors
-            i = index * 7919  # clients walk the batches from different places
+            i = (index // group) * 7919  # groups of clients walk the batches from different places
             while time.time() < start_at + duration:
                 batch = batches[i % len(batches)]
                 i += 1
@@ -92,8 +88,13 @@ def _client_process(
     return asyncio.run(run())
 
 
-def load_run(url: str, clients: int, procs: int, batches: list[list[str]], k: int, duration: float) -> dict[str, float]:
-    """Drive ``clients`` concurrent clients for ``duration`` seconds; queries/s and latency percentiles."""
+def load_run(
+    url: str, clients: int, procs: int, batches: list[list[str]], k: int, duration: float, group: int = 1
+) -> dict[str, float]:
+    """Drive ``clients`` concurrent clients for ``duration`` seconds; queries/s and latency percentiles.
+
+    Clients in the same ``group`` send the same batches in the same order (GRPO episodes of one question).
+    """
     procs = max(1, min(procs, clients))
     shares = [clients // procs + (1 if p < clients % procs else 0) for p in range(procs)]
     offsets = [sum(shares[:p]) for p in range(procs)]
@@ -101,7 +102,7 @@ def load_run(url: str, clients: int, procs: int, batches: list[list[str]], k: in
         pool.map(_imported, range(procs))  # every process has imported this module (and httpx) before the clock
         start_at = time.time() + 0.5
         jobs = [
-            pool.apply_async(_client_process, (url, share, offset, batches, k, start_at, duration))
+            pool.apply_async(_client_process, (url, share, offset, group, batches, k, start_at, duration))
             for share, offset in zip(shares, offsets, strict=True)
         ]
         outcomes = [job.get(timeout=duration + 120) for job in jobs]
@@ -133,68 +134,75 @@ def main() -> None:
     parser.add_argument("--client-procs", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1, help="server worker processes")
     parser.add_argument("--batch-wait-ms", type=float, default=2.0)
-    parser.add_argument("--group", type=int, default=8, help="GRPO group size for the cached run (0: skip it)")
+    parser.add_argument("--group", type=int, default=8, help="GRPO group size of the extra run (0: skip it)")
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args()
 
     questions = [json.loads(line)["question"] for line in Path(args.questions).read_text(encoding="utf-8").splitlines()]
-    batches = batches_of(questions, args.batch, 1)
+    batches = batches_of(questions, args.batch)
     corpus = Corpus.from_jsonl(args.corpus)
     options = {"index_dir": args.index, "show_progress": False, "rebuild": True} if args.retriever == "bm25" else {}
     retriever = make_retriever(args.retriever, corpus, **options)  # builds the index the server will load
     retriever.search(batches[0], args.k)  # warm-up (JIT, caches)
-    in_proc = in_process_qps(retriever, batches, args.k, args.duration)
-    in_proc_single = in_process_qps(retriever, [[q] for q in questions], args.k, min(args.duration, 5.0))
-    del retriever
-    print(f"in-process {args.retriever}: batch {args.batch}: {in_proc:,.0f} q/s; batch 1: {in_proc_single:,.0f} q/s")
+
+    def in_process() -> dict[str, float]:
+        return {
+            "batch": in_process_qps(retriever, batches, args.k, args.duration),
+            "single": in_process_qps(retriever, [[q] for q in questions], args.k, min(args.duration, 5.0)),
+        }
+
+    load_before = os.getloadavg()[0]
+    before = in_process()
+    print(f"in-process {args.retriever} before: {before}")
 
     server_args = ["--retriever", args.retriever, "--corpus", args.corpus, "--workers", str(args.workers)]
     server_args += ["--batch-wait-ms", str(args.batch_wait_ms), "--log-level", "warning"]
     if args.retriever == "bm25":
         server_args += ["--index", args.index, "--option", "show_progress=false"]
-    rows: list[dict[str, float]] = []
-    process, url = spawn_server([*server_args, "--cache-size", "0"], startup_timeout=300)
-    try:
-        RemoteRetriever(url).search(batches[0], args.k)  # warm the server's engine
-        for clients in tqdm([int(c) for c in args.clients.split(",")], desc="client counts"):
-            rows.append(load_run(url, clients, args.client_procs, batches, args.k, args.duration))
-            print(json.dumps(rows[-1]))
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
-    grouped: dict[str, float] | None = None
-    if args.group > 1:
-        process, url = spawn_server(server_args, startup_timeout=300)
+    def service(clients: list[int], group: int, cache_size: int) -> list[dict[str, float]]:
+        process, url = spawn_server([*server_args, "--cache-size", str(cache_size)], startup_timeout=300)
         try:
-            group_batches = batches_of(questions, args.batch, args.group)
-            grouped = load_run(url, 32, args.client_procs, group_batches, args.k, args.duration)
-            grouped["cache"] = RemoteRetriever(url).health()["cache"]  # type: ignore[assignment]
-            print("grpo groups:", json.dumps(grouped))
+            RemoteRetriever(url).search(batches[-1], args.k)  # warm the server's engine
+            rows = []
+            for n in tqdm(clients, desc=f"service (group {group}, cache {cache_size})"):
+                rows.append(load_run(url, n, args.client_procs, batches, args.k, args.duration, group))
+                rows[-1]["cache_hit_rate"] = RemoteRetriever(url).health()["cache"]["hit_rate"]
+                print(json.dumps(rows[-1]))
+            return rows
         finally:
             process.terminate()
             process.wait(timeout=30)
 
-    print(f"\n| clients × batch {args.batch} | queries/s | vs in-process | p50 ms | p99 ms | errors |")
+    rows = service([int(c) for c in args.clients.split(",")], group=1, cache_size=0)
+    grpo = []
+    if args.group > 1:
+        grpo = service([32], args.group, cache_size=0) + service([32], args.group, cache_size=100_000)
+    after = in_process()
+    load_after = os.getloadavg()[0]
+    reference = (before["batch"] + after["batch"]) / 2
+    print(f"in-process {args.retriever} after: {after}; load average {load_before:.1f} -> {load_after:.1f}")
+
+    print(
+        f"\nin-process, batch {args.batch}: {before['batch']:,.0f} / {after['batch']:,.0f} q/s (before / after); "
+        f"batch 1: {before['single']:,.0f} / {after['single']:,.0f} q/s"
+    )
+    print(f"| clients × batch {args.batch} | queries/s | vs in-process | p50 ms | p99 ms | errors |")
     print("|---|---|---|---|---|---|")
     for row in rows:
         print(
-            f"| {row['clients']} | {row['qps']:,.0f} | {row['qps'] / in_proc:.2f}× | {row['p50_ms']:.1f} "
+            f"| {row['clients']} | {row['qps']:,.0f} | {row['qps'] / reference:.2f}× | {row['p50_ms']:.1f} "
             f"| {row['p99_ms']:.1f} | {row['errors']} |"
         )
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "in_process_qps": in_proc,
-                    "in_process_single_qps": in_proc_single,
-                    "rows": rows,
-                    "grpo": grouped,
-                    "args": vars(args),
-                },
-                indent=2,
-            )
+    for row, cache in zip(grpo, ("off", "on"), strict=False):
+        print(
+            f"| 32 in groups of {args.group}, cache {cache} (hit rate {row['cache_hit_rate']:.2f}) | {row['qps']:,.0f} "
+            f"| {row['qps'] / reference:.2f}× | {row['p50_ms']:.1f} | {row['p99_ms']:.1f} | {row['errors']} |"
         )
+    if args.json:
+        figures = {"in_process": {"before": before, "after": after}, "rows": rows, "grpo": grpo, "args": vars(args)}
+        figures["load_average"] = [load_before, load_after]
+        Path(args.json).write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

@@ -265,6 +265,12 @@ class BM25Retriever:
             results[i] = [self.corpus.passage(int(p), float(s)) for p, s in zip(positions, scores, strict=True)]
         return results
 
+    def close(self) -> None:
+        """Release index files held open by the engine (Lucene); the retriever is unusable afterwards."""
+        close = getattr(self._engine, "close", None)
+        if close is not None:
+            close()
+
     def __repr__(self) -> str:
         where = self.index_dir or "memory"
         return f"BM25Retriever({self.engine_name!r}, k1={self.k1}, b={self.b}, {len(self.corpus)} passages, {where})"

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -106,40 +106,57 @@ def build_lucene_index(corpus: Corpus, index_dir: Path, threads: int, show_progr
 
     The corpus is written as a JsonCollection whose document ids are corpus positions, so a hit maps back to
     its passage without stored documents; raw documents, positions and doc vectors are not stored (BM25 needs
-    none of them). Anserini indexes one file per thread, so the collection is cut into shards and indexed
-    ``threads`` shards at a time, appending to the same index — which also drives the progress bar.
+    none of them). Anserini indexes one file per thread, so the collection is cut into shards. The indexer runs
+    in a Python thread (pyjnius releases the GIL) while this one reads its counters into the progress bar.
     """
     jnius = start_jvm()
-    index_collection = jnius.autoclass("io.anserini.index.IndexCollection")
-    index_args = jnius.autoclass("io.anserini.index.IndexCollection$Args")
     threads = max(1, threads)
     shard_size = max(1, min(_SHARD_SIZE, -(-len(corpus) // threads)))
-    shards = [(lo, min(len(corpus), lo + shard_size)) for lo in range(0, len(corpus), shard_size)]
     index_dir.mkdir(parents=True, exist_ok=True)
-    with (
-        tempfile.TemporaryDirectory(prefix="searchenv-jsoncollection-") as collection,
-        tqdm(total=len(corpus), desc="lucene: indexing", unit="doc", disable=not show_progress) as progress,
-    ):
-        for group_start in range(0, len(shards), threads):
-            group = Path(collection, f"group{group_start:06d}")
-            group.mkdir()
-            for lo, hi in shards[group_start : group_start + threads]:
-                with open(group / f"docs{lo:09d}.jsonl", "w", encoding="utf-8") as handle:
+    with tempfile.TemporaryDirectory(prefix="searchenv-jsoncollection-") as collection:
+        with tqdm(total=len(corpus), desc="lucene: writing collection", unit="doc", disable=not show_progress) as bar:
+            for lo in range(0, len(corpus), shard_size):
+                hi = min(len(corpus), lo + shard_size)
+                with open(Path(collection, f"docs{lo:09d}.jsonl"), "w", encoding="utf-8") as handle:
                     handle.writelines(
                         json.dumps({"id": str(pos), "contents": corpus.search_text(pos)}) + "\n"
                         for pos in range(lo, hi)
                     )
-            args = index_args()
-            args.input, args.index = str(group), str(index_dir)
-            args.collectionClass, args.generatorClass = "JsonCollection", "DefaultLuceneDocumentGenerator"
-            args.threads, args.quiet, args.append = threads, True, group_start > 0
-            index_collection(args).run()
-            shutil.rmtree(group)
-            progress.update(sum(hi - lo for lo, hi in shards[group_start : group_start + threads]))
+                bar.update(hi - lo)
+        args = jnius.autoclass("io.anserini.index.IndexCollection$Args")()
+        args.input, args.index = collection, str(index_dir)
+        args.collectionClass, args.generatorClass = "JsonCollection", "DefaultLuceneDocumentGenerator"
+        args.threads, args.quiet = threads, True
+        indexer = jnius.autoclass("io.anserini.index.IndexCollection")(args)
+        _run_with_progress(indexer, len(corpus), show_progress)
+
+
+def _run_with_progress(indexer, total: int, show_progress: bool) -> None:
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            indexer.run()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=run, name="anserini-indexer", daemon=True)
+    worker.start()
+    with tqdm(total=total, desc="lucene: indexing", unit="doc", disable=not show_progress) as bar:
+        while worker.is_alive():
+            worker.join(0.5)
+            if show_progress:
+                bar.update(min(total, int(indexer.getCounters().indexed.get())) - bar.n)
+        bar.update(total - bar.n)
+    if failure:
+        raise RuntimeError(f"Anserini IndexCollection failed: {failure[0]}") from failure[0]
 
 
 class LuceneEngine:
     """Searches an Anserini/Lucene index with ``SimpleSearcher`` (the class behind pyserini's ``LuceneSearcher``)."""
+
+    #: the temporary directory of an in-memory build, removed together with the engine
+    scratch: tempfile.TemporaryDirectory | None = None
 
     def __init__(self, index_dir: Path, k1: float, b: float, threads: int):
         jnius = start_jvm()

@@ -722,6 +722,11 @@ def run_serve(args: argparse.Namespace) -> int:
     """Run ``searchenv serve`` with parsed arguments (blocking); returns the exit status."""
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = config_from_args(args)
+    if config.index_dir is not None and (args.ray or args.workers > 1):
+        # Build (or verify) the index once here, so that N processes do not race to build it into one directory;
+        # they then only open it (memory-mapped where the engine supports it).
+        log.info("preparing the index in %s before starting the workers", config.index_dir)
+        build_retriever(config)  # discarded at once: only the files on disk matter
     if args.ray:
         from searchenv.retrievers.ray_serve import serve_with_ray
 

@@ -311,20 +311,39 @@ class SearchQAEnv(gym.Env[str, str]):
             observation = self.invalid_hint
         if not episode.terminated and pending.final:
             episode.truncated = True
-        reward = 0.0
         if episode.done:
-            observation = ""
-            result = self.reward_spec(self._rollout())
-            episode.reward, episode.reward_parts = float(result.reward), dict(result.parts)
-            reward = episode.reward
-            info["prediction"] = episode.prediction
-            info["reward_parts"] = dict(result.parts)
-            info["episode"] = episode.metrics()
-        elif observation:
+            return self._close(info)
+        if observation:
             episode.segments.append(Segment("env", observation))
         info["num_searches"] = episode.num_searches
         info["num_actions"] = episode.num_actions
-        return StepResult(observation, reward, episode.terminated, episode.truncated, info)
+        return StepResult(observation, 0.0, False, False, info)
+
+    def truncate(self) -> StepResult:
+        """End the running episode as truncated and score it.
+
+        For trainers whose own limit (tokens, wall time) stops an episode before an answer or the action
+        budget: the episode gets its terminal reward like any other, so every sample of a batch carries a
+        reward and the same parts.
+        """
+        if self.episode.done:
+            raise RuntimeError("the episode has already ended")
+        self.episode.truncated = True
+        return self._close({"action": None, "query": None, "passage_ids": [], "dropped_text": ""})
+
+    def _close(self, info: dict[str, Any]) -> StepResult:
+        """Score the finished episode and fill the terminal step's info."""
+        episode = self.episode
+        result = self.reward_spec(self._rollout())
+        episode.reward, episode.reward_parts = float(result.reward), dict(result.parts)
+        info.update(
+            prediction=episode.prediction,
+            reward_parts=dict(result.parts),
+            episode=episode.metrics(),
+            num_searches=episode.num_searches,
+            num_actions=episode.num_actions,
+        )
+        return StepResult("", episode.reward, episode.terminated, episode.truncated, info)
 
     def _rollout(self) -> Any:
         from searchenv.reward_specs.base import Rollout

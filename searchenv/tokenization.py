@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from searchenv.episode import Episode
+from searchenv.protocol import Protocol, parse_action
 
 __all__ = ["EpisodeTokens", "TokenizedEpisode", "cut_at_action_end", "encode_prompt", "tokenize_episode"]
 
@@ -114,6 +115,22 @@ class EpisodeTokens:
         self.response_ids.extend(int(t) for t in token_ids)
         self.loss_mask.extend([1] * len(token_ids))
         self.logprobs.extend(float(x) for x in logprobs)
+
+    def add_action(self, token_ids: Sequence[int], logprobs: Sequence[float] | None, protocol: Protocol) -> str:
+        """Record one generated turn and return the action text to hand to the environment.
+
+        Tokens the engine generated past the first complete search/answer tag are cut (the environment drops
+        that text too); the action is decoded without special tokens, since an end-of-sequence token is not
+        part of what the model said.
+        """
+        token_ids = list(token_ids)
+        parsed = parse_action(_decode(self.tokenizer, token_ids), protocol)
+        if parsed.kind != "invalid" and parsed.dropped:
+            keep = cut_at_action_end(self.tokenizer, token_ids, parsed.kept)
+            token_ids = token_ids[:keep]
+            logprobs = None if logprobs is None else list(logprobs)[:keep]
+        self.add_model(token_ids, logprobs)
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def add_env(self, text: str) -> list[int]:
         ids = _encode_text(self.tokenizer, text) if text else []

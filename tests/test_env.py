@@ -288,3 +288,15 @@ def test_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
     assert searchenv.ENV_ID == "SearchQA-v0"
+
+
+def test_truncate_scores_an_unfinished_episode():
+    env = make_env(reward="format-retrieval")
+    env.reset(options={"index": 0})
+    env.step("<think>x</think><search>a</search>")
+    obs, reward, terminated, truncated, info = env.unwrapped.truncate()
+    assert (obs, terminated, truncated) == ("", False, True)
+    assert info["reward_parts"]["retrieval_hit"] == 1.0 and info["prediction"] is None
+    assert reward == env.episode.reward == 0.0
+    with pytest.raises(RuntimeError, match="ended"):
+        env.unwrapped.truncate()

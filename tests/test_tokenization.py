@@ -86,3 +86,16 @@ def test_cut_at_action_end_drops_tokens_after_the_tag(qwen_tokenizer):
     assert not qwen_tokenizer.decode(generated[: n - 1]).startswith(kept)
     exact = qwen_tokenizer(kept, add_special_tokens=False)["input_ids"]
     assert cut_at_action_end(qwen_tokenizer, exact, kept) == len(exact)
+
+
+def test_add_action_cuts_tokens_after_the_first_complete_tag(qwen_tokenizer):
+    from searchenv.protocol import PROTOCOLS
+
+    builder = EpisodeTokens(qwen_tokenizer, [1])
+    generated = qwen_tokenizer("<search> who </search> and more<|im_end|>", add_special_tokens=False)["input_ids"]
+    action = builder.add_action(generated, [-1.0] * len(generated), PROTOCOLS["search-r1"])
+    assert action.startswith("<search> who </search>") and "more" not in action
+    assert len(builder.response_ids) == len(builder.logprobs) < len(generated)
+    invalid = qwen_tokenizer("just text<|im_end|>", add_special_tokens=False)["input_ids"]
+    assert builder.add_action(invalid, None, PROTOCOLS["search-r1"]) == "just text"  # EOS kept as a token, not text
+    assert builder.response_ids[-1] == qwen_tokenizer.convert_tokens_to_ids("<|im_end|>")

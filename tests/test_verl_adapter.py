@@ -7,6 +7,7 @@ control over the sampled text) and SmolLM2-135M through transformers (a real mod
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import subprocess
@@ -20,7 +21,7 @@ import hydra
 import pyarrow.parquet as pq
 from omegaconf import OmegaConf
 from searchenv.adapters.verl import SearchEnvAgentLoop, compute_score
-from searchenv.adapters.verl_data import AGENT_NAME, episode_env, row_example
+from searchenv.adapters.verl_data import AGENT_NAME, add_parser, episode_env, row_example
 from searchenv.adapters.verl_data import main as verl_data_main
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopOutput,
@@ -146,6 +147,19 @@ def test_data_script_writes_search_r1_rows(tmp_path):
     assert isinstance(row["reward_model"]["ground_truth"]["target"], list)
     assert row["extra_info"]["split"] == "train" and row["extra_info"]["index"] == 0
     assert row["prompt"][0]["role"] == "user" and row["extra_info"]["question"] in row["prompt"][0]["content"]
+
+
+def test_cli_subcommand_writes_skyrl_rows(tmp_path, shared_data):
+    commands = argparse.ArgumentParser().add_subparsers(dest="command")
+    add_parser(commands)
+    qa = str(shared_data / "qa" / "nq_test_17.jsonl")
+    args = commands.choices["verl-data"].parse_args(["--dataset", qa, "--trainer", "skyrl", "--output", str(tmp_path)])
+    assert args.handler(args) == 0
+    rows = pq.read_table(tmp_path / "test.parquet").to_pylist()
+    assert len(rows) == 17 and rows[0]["env_class"] == "searchenv" and "agent_name" not in rows[0]
+    assert rows[0]["reward_spec"]["ground_truth"] == rows[0]["reward_model"]["ground_truth"]
+    with pytest.raises(SystemExit):
+        verl_data_main(["--dataset", str(tmp_path / "missing.jsonl"), "--output", str(tmp_path)])
 
 
 def test_scripted_episode_masks_tokens_and_reward(hotpot_rows, hotpot_options, qwen_tokenizer):

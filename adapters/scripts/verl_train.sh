@@ -128,7 +128,8 @@ if [[ ! -f "$DATA_DIR/train.parquet" ]]; then
 fi
 
 if [[ "$RETRIEVER" == http* && "$START_RETRIEVER" == 1 ]]; then
-  searchenv serve --retriever "$ENGINE" --corpus "$CORPUS" --port "$PORT" --log-level warning &
+  # = searchenv serve ...
+  python -m searchenv.retrievers.server --retriever "$ENGINE" --corpus "$CORPUS" --port "$PORT" --log-level warning &
   SERVER_PID=$!
   trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
   python - "$RETRIEVER" <<'EOF'
