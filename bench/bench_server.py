@@ -20,7 +20,9 @@ import multiprocessing as mp
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.remote import RemoteRetriever
@@ -52,13 +54,51 @@ def _imported(_: int) -> bool:
     return True
 
 
+async def _sender(kind: str, url: str, k: int, connections: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``(send, close)``: ``send(batch)`` makes one request and returns ``(ok, error)``.
+
+    ``remote`` is searchenv's client (httpx, parses passages); ``aiohttp`` is a lean load generator that only
+    decodes the JSON, to measure what the server itself sustains.
+    """
+    if kind == "remote":
+        remote = RemoteRetriever(url, timeout=60, retries=0, on_error="empty", pool_size=connections)
+
+        async def send_remote(batch: list[str]) -> tuple[bool, str]:
+            results, error = await remote.asearch_or_error(batch, k)
+            return error is None and len(results) == len(batch) and all(len(r) == k for r in results), str(error)
+
+        return send_remote, remote.aclose
+    import aiohttp
+
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections))
+
+    async def send_raw(batch: list[str]) -> tuple[bool, str]:
+        try:
+            body = {"queries": batch, "topk": k, "return_scores": True}
+            async with session.post(f"{url}/retrieve", json=body, timeout=aiohttp.ClientTimeout(60)) as response:
+                result = (await response.json())["result"]
+            return response.status == 200 and len(result) == len(batch) and all(len(r) == k for r in result), ""
+        except Exception as exc:  # noqa: BLE001 - counted as an error
+            return False, repr(exc)
+
+    return send_raw, session.close
+
+
 def _client_process(
-    url: str, tasks: int, offset: int, group: int, batches: list[list[str]], k: int, start_at: float, duration: float
+    kind: str,
+    url: str,
+    tasks: int,
+    offset: int,
+    group: int,
+    batches: list[list[str]],
+    k: int,
+    start_at: float,
+    duration: float,
 ) -> tuple[int, list[float], int, list[str]]:
-    """One client process: ``tasks`` asyncio clients sharing a pooled RemoteRetriever; returns its tallies."""
+    """One client process: ``tasks`` asyncio clients sharing one connection pool; returns its tallies."""
 
     async def run() -> tuple[int, list[float], int, list[str]]:
-        remote = RemoteRetriever(url, timeout=60, retries=0, on_error="empty", pool_size=max(tasks, 1))
+        send, close = await _sender(kind, url, k, max(tasks, 1))
         latencies: list[float] = []
         done = errors = 0
         messages: list[str] = []
@@ -70,26 +110,26 @@ def _client_process(
                 batch = batches[i % len(batches)]
                 i += 1
                 began = time.perf_counter()
-                results, error = await remote.asearch_or_error(batch, k)
+                ok, message = await send(batch)
                 if time.time() > start_at + duration:
                     break  # finished after the window: not counted
                 latencies.append(time.perf_counter() - began)
-                if error is not None or len(results) != len(batch) or any(len(r) != k for r in results):
-                    errors += 1
-                    messages.append(str(error))
-                else:
+                if ok:
                     done += len(batch)
+                else:
+                    errors += 1
+                    messages.append(message)
 
         await asyncio.sleep(max(0.0, start_at - time.time()))
         await asyncio.gather(*(client(offset + t) for t in range(tasks)))
-        await remote.aclose()
+        await close()
         return done, latencies, errors, messages[:3]
 
     return asyncio.run(run())
 
 
 def load_run(
-    url: str, clients: int, procs: int, batches: list[list[str]], k: int, duration: float, group: int = 1
+    kind: str, url: str, clients: int, procs: int, batches: list[list[str]], k: int, duration: float, group: int = 1
 ) -> dict[str, float]:
     """Drive ``clients`` concurrent clients for ``duration`` seconds; queries/s and latency percentiles.
 
@@ -102,7 +142,7 @@ def load_run(
         pool.map(_imported, range(procs))  # every process has imported this module (and httpx) before the clock
         start_at = time.time() + 0.5
         jobs = [
-            pool.apply_async(_client_process, (url, share, offset, group, batches, k, start_at, duration))
+            pool.apply_async(_client_process, (kind, url, share, offset, group, batches, k, start_at, duration))
             for share, offset in zip(shares, offsets, strict=True)
         ]
         outcomes = [job.get(timeout=duration + 120) for job in jobs]
@@ -112,6 +152,7 @@ def load_run(
     for message in (m for o in outcomes for m in o[3]):
         print(f"  error sample: {message}")
     return {
+        "client": kind,
         "clients": clients,
         "qps": done / duration,
         "p50_ms": 1000 * statistics.median(latencies),
