@@ -314,7 +314,7 @@ def rollout(
             actions.append(tokenizer.decode(ids, skip_special_tokens=True))
         results = searchenv.step_batch([envs[i] for i in active], actions)
         still_active = []
-        for i, action, (obs, reward, terminated, truncated, info) in zip(active, actions, results):
+        for i, (obs, reward, terminated, truncated, info) in zip(active, results):
             metrics[i]["num_turns"] += 1
             metrics[i]["invalid_actions"] += float(info.get("action") == "invalid")
             if obs:

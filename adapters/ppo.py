@@ -24,9 +24,10 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from searchenv.adapters.generation import EpisodeResult, HFGenerator, SamplingConfig, rollout
 from torch import nn
+from tqdm import tqdm
 
+from searchenv.adapters.generation import EpisodeResult, HFGenerator, SamplingConfig, rollout
 from searchenv.tokenization import TokenizedEpisode
 
 __all__ = [
@@ -127,6 +128,16 @@ class Batch:
     loss_mask: torch.Tensor
     rewards: torch.Tensor  # (episodes,)
 
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.prompt_width,
+            self.response_mask.to(device),
+            self.loss_mask.to(device),
+            self.rewards.to(device),
+        )
+
     def select(self, rows: Sequence[int] | slice) -> Batch:
         return Batch(
             self.input_ids[rows],
@@ -209,12 +220,12 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
 
 def token_rewards(rewards: torch.Tensor, loss_mask: torch.Tensor, kl: torch.Tensor | None, kl_coef: float):
     """Per-token rewards: ``-β·KL`` at every model token, plus the episode reward at the last model token."""
-    last = (loss_mask * torch.arange(loss_mask.shape[1])).argmax(-1)
+    last = (loss_mask * torch.arange(loss_mask.shape[1], device=loss_mask.device)).argmax(-1)
     per_token = torch.zeros_like(loss_mask)
     if kl is not None and kl_coef:
         per_token = -kl_coef * kl * loss_mask
     has_model_token = loss_mask.sum(-1) > 0
-    rows = torch.arange(len(rewards))[has_model_token]
+    rows = torch.arange(len(rewards), device=rewards.device)[has_model_token]
     per_token[rows, last[has_model_token]] += rewards[has_model_token]
     return per_token
 
@@ -252,7 +263,7 @@ def grpo_advantages(rewards: torch.Tensor, group_size: int, loss_mask: torch.Ten
 def reinforce_pp_advantages(per_token_rewards: torch.Tensor, loss_mask: torch.Tensor, gamma: float):
     """REINFORCE++: discounted return-to-go of the KL-penalised token rewards, whitened over the whole batch."""
     returns = torch.zeros_like(per_token_rewards)
-    running = torch.zeros(per_token_rewards.shape[0])
+    running = torch.zeros(per_token_rewards.shape[0], device=per_token_rewards.device)
     for t in reversed(range(per_token_rewards.shape[1])):
         running = per_token_rewards[:, t] + gamma * running * (loss_mask[:, t] > 0) + running * (loss_mask[:, t] == 0)
         returns[:, t] = running
@@ -336,7 +347,8 @@ class Trainer:
         self.rng = np.random.default_rng(config.seed)
         self.reference = copy.deepcopy(model).eval().requires_grad_(False) if config.kl_coef else None
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
-        self.critic = ValueModel(model) if config.algorithm == "ppo" else None
+        device = next(model.parameters()).device
+        self.critic = ValueModel(model).to(device) if config.algorithm == "ppo" else None
         if self.critic is not None:
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_lr, weight_decay=0.0)
         self.generator = HFGenerator(model, tokenizer, config.sampling)
@@ -360,6 +372,7 @@ class Trainer:
         )
         rollout_seconds = time.perf_counter() - started
         batch = collate([e.tokens for e in episodes], [e.reward for e in episodes], self.tokenizer.pad_token_id)
+        batch = batch.to(next(self.model.parameters()).device)
         advantages, returns, old_logprobs, ref_logprobs, old_values, kl = self._score(batch)
         stats = self._update(batch, advantages, returns, old_logprobs, ref_logprobs, old_values)
         self.global_step += 1
@@ -477,7 +490,8 @@ class Trainer:
         history = []
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(self.config.steps if steps is None else steps):
+        total = self.config.steps if steps is None else steps
+        for _ in tqdm(range(total), desc=f"{self.config.algorithm} steps", unit="step", file=sys.stderr):
             metrics = self.step()
             history.append(metrics)
             line = json.dumps(metrics)

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+
 from searchenv.adapters.verl_data import (
     PROMPT_MODES,
     SKYRL_ENV_CLASS,
@@ -28,8 +30,6 @@ from searchenv.adapters.verl_data import (
     plain,
     row_example,
 )
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
-
 from searchenv.data import example_from_row
 from searchenv.types import QAExample
 

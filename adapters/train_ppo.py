@@ -52,6 +52,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--model", default="smollm2-135m", help="local checkpoint dir or alias ('smollm2-135m')")
     model.add_argument("--output-dir", default=None, help="save checkpoints here")
     model.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    model.add_argument("--device", default=None, help="'cpu', 'cuda', ... (default: cuda when available)")
 
     algo = parser.add_argument_group("algorithm (defaults: CPU-sized; see PPOConfig.paper() for Search-R1's)")
     defaults = PPOConfig()
@@ -132,8 +133,8 @@ def plot_log(log_path: str | Path, png_path: str | Path, title: str | None = Non
     figure, axes = plt.subplots(1, len(PLOTTED), figsize=(4.2 * len(PLOTTED), 3.2))
     for axis, (key, label) in zip(axes, PLOTTED):
         values = [r[key] for r in rows]
-        axis.plot(steps, values, color="0.7", linewidth=1, label="per step")
         window = max(1, len(values) // 8)
+        axis.plot(steps, values, color="0.7" if window > 1 else "C0", linewidth=1, marker=".", label="per step")
         if window > 1:
             smooth = [
                 sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
@@ -155,6 +156,7 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     """Build the environments, the model and the trainer from parsed arguments, and train."""
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     import torch
+
     from searchenv.adapters.generation import load_policy, make_envs
     from searchenv.adapters.ppo import PPOConfig, Trainer
 
@@ -163,6 +165,7 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     values["chat_template"] = {"auto": None, "on": True, "off": False}[values["chat_template"]]
     config = PPOConfig(**values)
     model, tokenizer = load_policy(args.model)
+    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     envs = make_envs(
         config.episodes_per_step,
         dataset=args.dataset,

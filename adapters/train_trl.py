@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> Any:
     """Build the trainer from parsed arguments and train; returns the trainer."""
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     import torch
+
     from searchenv.adapters.generation import load_policy
     from searchenv.adapters.trl import make_grpo_trainer
 

@@ -33,12 +33,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import uuid4
 
-from searchenv.adapters.verl_data import AGENT_NAME, PROMPT_MODES, choose_conversation, episode_env, plain, row_example
-from searchenv.reward_specs import load_reward
-from searchenv.reward_specs.base import Rollout
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
+from searchenv.adapters.verl_data import AGENT_NAME, PROMPT_MODES, choose_conversation, episode_env, plain, row_example
 from searchenv.env import SearchQAEnv, step_batch_async
+from searchenv.reward_specs import load_reward
+from searchenv.reward_specs.base import Rollout
 from searchenv.tokenization import EpisodeTokens
 
 __all__ = ["SearchEnvAgentLoop", "compute_score"]

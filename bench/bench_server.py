@@ -24,11 +24,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+from tqdm.auto import tqdm
+
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.remote import RemoteRetriever
 from searchenv.retrievers.server import spawn_server
-from tqdm.auto import tqdm
-
 from searchenv.types import Corpus
 
 DATA = Path(os.environ.get("SEARCHENV_DATA", "/work/shared/data"))
@@ -57,8 +58,9 @@ def _imported(_: int) -> bool:
 async def _sender(kind: str, url: str, k: int, connections: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """``(send, close)``: ``send(batch)`` makes one request and returns ``(ok, error)``.
 
-    ``remote`` is searchenv's client (httpx, parses passages); ``aiohttp`` is a lean load generator that only
-    decodes the JSON, to measure what the server itself sustains.
+    ``remote`` is searchenv's client (pooled ``httpx.Client`` on threads, parses passages); ``aiohttp`` is a lean
+    load generator that only decodes the JSON, to measure what the server itself sustains; ``httpx-async`` is
+    ``httpx.AsyncClient``, the transport RemoteRetriever was first written with.
     """
     if kind == "remote":
         remote = RemoteRetriever(url, timeout=60, retries=0, on_error="empty", pool_size=connections)
@@ -67,21 +69,40 @@ async def _sender(kind: str, url: str, k: int, connections: int) -> tuple[Callab
             results, error = await remote.asearch_or_error(batch, k)
             return error is None and len(results) == len(batch) and all(len(r) == k for r in results), str(error)
 
-        return send_remote, remote.aclose
+        async def close_remote() -> None:
+            remote.close()
+
+        return send_remote, close_remote
+
+    def body_of(batch: list[str]) -> dict[str, Any]:
+        return {"queries": batch, "topk": k, "return_scores": True}
+
+    def ok_of(status: int, result: list[Any], batch: list[str]) -> bool:
+        return status == 200 and len(result) == len(batch) and all(len(r) == k for r in result)
+
+    if kind == "httpx-async":  # the transport RemoteRetriever does not use: kept to show why
+        client = httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=connections))
+
+        async def send_httpx(batch: list[str]) -> tuple[bool, str]:
+            try:
+                response = await client.post(f"{url}/retrieve", json=body_of(batch))
+                return ok_of(response.status_code, response.json()["result"], batch), ""
+            except Exception as exc:  # noqa: BLE001 - counted as an error
+                return False, repr(exc)
+
+        return send_httpx, client.aclose
     import aiohttp
 
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections))
 
-    async def send_raw(batch: list[str]) -> tuple[bool, str]:
+    async def send_aiohttp(batch: list[str]) -> tuple[bool, str]:
         try:
-            body = {"queries": batch, "topk": k, "return_scores": True}
-            async with session.post(f"{url}/retrieve", json=body, timeout=aiohttp.ClientTimeout(60)) as response:
-                result = (await response.json())["result"]
-            return response.status == 200 and len(result) == len(batch) and all(len(r) == k for r in result), ""
+            async with session.post(f"{url}/retrieve", json=body_of(batch), timeout=aiohttp.ClientTimeout(60)) as r:
+                return ok_of(r.status, (await r.json())["result"], batch), ""
         except Exception as exc:  # noqa: BLE001 - counted as an error
             return False, repr(exc)
 
-    return send_raw, session.close
+    return send_aiohttp, session.close
 
 
 def _client_process(
@@ -176,6 +197,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="server worker processes")
     parser.add_argument("--batch-wait-ms", type=float, default=2.0)
     parser.add_argument("--group", type=int, default=8, help="GRPO group size of the extra run (0: skip it)")
+    parser.add_argument(
+        "--load-clients",
+        default="remote,aiohttp",
+        help="remote (RemoteRetriever), aiohttp (lean generator), httpx-async",
+    )
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args()
 
@@ -201,14 +227,23 @@ def main() -> None:
     if args.retriever == "bm25":
         server_args += ["--index", args.index, "--option", "show_progress=false"]
 
-    def service(clients: list[int], group: int, cache_size: int) -> list[dict[str, float]]:
+    kinds = args.load_clients.split(",")
+
+    def service(clients: list[int], group: int, cache_size: int) -> list[dict[str, Any]]:
         process, url = spawn_server([*server_args, "--cache-size", str(cache_size)], startup_timeout=300)
         try:
-            RemoteRetriever(url).search(batches[-1], args.k)  # warm the server's engine
+            probe = RemoteRetriever(url)
+            probe.search(batches[-1], args.k)  # warm the server's engine
             rows = []
-            for n in tqdm(clients, desc=f"service (group {group}, cache {cache_size})"):
-                rows.append(load_run(url, n, args.client_procs, batches, args.k, args.duration, group))
-                rows[-1]["cache_hit_rate"] = RemoteRetriever(url).health()["cache"]["hit_rate"]
+            for kind, n in tqdm(
+                [(kind, n) for kind in kinds for n in clients], desc=f"group {group}, cache {cache_size}"
+            ):
+                cache_before = probe.health()["cache"]
+                rows.append(load_run(kind, url, n, args.client_procs, batches, args.k, args.duration, group))
+                cache_after = probe.health()["cache"]
+                hits, misses = (cache_after[key] - cache_before[key] for key in ("hits", "misses"))
+                rows[-1]["cache_hit_rate"] = hits / (hits + misses) if hits + misses else 0.0
+                rows[-1]["cache"] = "on" if cache_size else "off"
                 print(json.dumps(rows[-1]))
             return rows
         finally:
@@ -228,17 +263,18 @@ def main() -> None:
         f"\nin-process, batch {args.batch}: {before['batch']:,.0f} / {after['batch']:,.0f} q/s (before / after); "
         f"batch 1: {before['single']:,.0f} / {after['single']:,.0f} q/s"
     )
-    print(f"| clients × batch {args.batch} | queries/s | vs in-process | p50 ms | p99 ms | errors |")
-    print("|---|---|---|---|---|---|")
-    for row in rows:
-        print(
-            f"| {row['clients']} | {row['qps']:,.0f} | {row['qps'] / reference:.2f}× | {row['p50_ms']:.1f} "
-            f"| {row['p99_ms']:.1f} | {row['errors']} |"
+    print(f"| client | clients × batch {args.batch} | queries/s | vs in-process | p50 ms | p99 ms | errors |")
+    print("|---|---|---|---|---|---|---|")
+    labelled = [(str(row["clients"]), row) for row in rows]
+    for row in grpo:
+        label = (
+            f"{row['clients']} in groups of {args.group}, cache {row['cache']} (hit rate {row['cache_hit_rate']:.2f})"
         )
-    for row, cache in zip(grpo, ("off", "on"), strict=False):
+        labelled.append((label, row))
+    for label, row in labelled:
         print(
-            f"| 32 in groups of {args.group}, cache {cache} (hit rate {row['cache_hit_rate']:.2f}) | {row['qps']:,.0f} "
-            f"| {row['qps'] / reference:.2f}× | {row['p50_ms']:.1f} | {row['p99_ms']:.1f} | {row['errors']} |"
+            f"| {row['client']} | {label} | {row['qps']:,.0f} | {row['qps'] / reference:.2f}× | {row['p50_ms']:.1f} "
+            f"| {row['p99_ms']:.1f} | {row['errors']} |"
         )
     if args.json:
         figures = {"in_process": {"before": before, "after": after}, "rows": rows, "grpo": grpo, "args": vars(args)}

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from searchenv.retrievers.index_store import IndexManifest, open_or_build
 
+from searchenv.retrievers.index_store import IndexManifest, open_or_build
 from searchenv.types import Corpus, Passage
 
 __all__ = ["DEFAULT_ENGINE", "ENGINES", "PYSERINI_B", "PYSERINI_K1", "BM25Retriever", "tie_tolerant_agreement"]

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from searchenv.retrievers.analysis import EnglishAnalyzer
 from tqdm.auto import tqdm
 
+from searchenv.retrievers.analysis import EnglishAnalyzer
 from searchenv.types import Corpus
 
 __all__ = ["Bm25sEngine", "RankBm25Engine", "analyse_corpus"]

@@ -25,6 +25,7 @@ import functools
 import hmac
 import json
 import logging
+import math
 import os
 import socket
 import subprocess
@@ -41,8 +42,8 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from searchenv.retrievers.remote import TOKEN_ENV
 
+from searchenv.retrievers.remote import TOKEN_ENV
 from searchenv.types import Corpus, Passage, Retriever
 
 __all__ = [
@@ -265,7 +266,12 @@ class MicroBatcher:
             for job in jobs:
                 by_k.setdefault(job.k, []).append(job)
             for k, group in by_k.items():
-                await self._execute(group, k)
+                try:
+                    await self._execute(group, k)
+                except Exception as exc:  # a bug here must fail these requests, not stop the batcher
+                    log.exception("micro-batch failed")
+                    for job in group:
+                        _settle(job.future, exc=exc)
 
     async def _execute(self, jobs: list[_Job], k: int) -> None:
         unique = list(dict.fromkeys(q for job in jobs for q in job.queries))
@@ -361,13 +367,19 @@ def _document_json(passage_id: str, title: str, text: str) -> str:
     return json.dumps({"id": passage_id, "contents": Passage(passage_id, title, text).contents}, ensure_ascii=False)
 
 
+def _score_json(score: float) -> str:
+    score = float(score)
+    return repr(score) if math.isfinite(score) else json.dumps(score)  # repr is JSON for finite floats, and fast
+
+
 def _encode(results: list[list[Passage]], with_scores: bool) -> bytes:
     """The response body, assembled from memoised document fragments (JSON-encoding dominated the CPU cost)."""
     lists = []
     for hits in results:
         if with_scores:
             items = [
-                f'{{"document": {_document_json(p.id, p.title, p.text)}, "score": {json.dumps(p.score)}}}' for p in hits
+                f'{{"document": {_document_json(p.id, p.title, p.text)}, "score": {_score_json(p.score)}}}'
+                for p in hits
             ]
         else:
             items = [_document_json(p.id, p.title, p.text) for p in hits]
@@ -527,7 +539,7 @@ def create_app(config: ServerConfig | None = None, *, retriever: Retriever | Non
 
 
 def app_from_env() -> FastAPI:
-    """App factory for uvicorn worker processes: reads the :class:`ServerConfig` JSON from ``$SEARCHENV_SERVE_CONFIG``."""
+    """App factory for uvicorn worker processes: reads :class:`ServerConfig` JSON from ``$SEARCHENV_SERVE_CONFIG``."""
     text = os.environ.get(CONFIG_ENV)
     if not text:
         raise RuntimeError(f"${CONFIG_ENV} is not set; start the server with `searchenv serve` or serve()")

@@ -1,14 +1,15 @@
 """``native``: a JVM-free BM25 engine — an impact-scored inverted index searched by a numba kernel.
 
-Why it is fast without Lucene's skipping machinery: every posting stores its final BM25 contribution
+Why it is fast: every posting stores its final BM25 contribution
 (``idf · tf / (tf + k1 · (1 - b + b · dl / avgdl))``, computed once at build time), so a query is a sum of a few
-posting lists into an accumulator followed by a heap top-k over the documents it touched. The kernel keeps one
-accumulator per worker thread for the life of the engine and runs the queries of a batch in parallel.
+posting lists into an accumulator followed by a heap top-k over the documents it touched, and MaxScore pruning
+skips most of the long lists of common terms. The kernel keeps one accumulator per worker thread for the life
+of the engine and runs the queries of a batch in parallel threads (it releases the GIL).
 
 Why it agrees with Lucene: terms come from :class:`~searchenv.retrievers.analysis.EnglishAnalyzer` (a copy of
 Anserini's analyzer), document lengths are rounded through Lucene's one-byte norm encoding (``SmallFloat``), each
 term's score is computed in float32 in Lucene's operation order, and clause scores are summed in double — so
-scores usually equal Lucene's to the last bit and ties fall the same way (lower corpus position first).
+scores usually equal Lucene's to the last bit. Ties go to the lower corpus position.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from __future__ import annotations
 import operator
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from itertools import compress, repeat
 from pathlib import Path
 
-import numba
 import numpy as np
-from numba import njit, prange
-from searchenv.retrievers.analysis import EnglishAnalyzer
+from numba import njit
 from tqdm.auto import tqdm
 
+from searchenv.retrievers.analysis import EnglishAnalyzer
 from searchenv.types import Corpus
 
 __all__ = ["FORMAT_VERSION", "NativeEngine", "lucene_length"]
@@ -148,81 +149,90 @@ def _gallop(post_docs, pos, hi, d):  # pragma: no cover - jit
 _SLACK = 1.0 + 1e-6  # float rounding margin: prune only when a bound is clearly below the cut-off
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
+def _prune(acc, docs, count, rest, cutoff):  # pragma: no cover - jit
+    """Keep (in order) the candidates in ``docs[:count]`` that the remaining terms could lift to ``cutoff``;
+    zero the accumulators of the others. Returns the new count."""
+    kept = 0
+    for c in range(count):
+        d = docs[c]
+        if (acc[d] + rest) * _SLACK >= cutoff:
+            docs[kept] = d
+            kept += 1
+        else:
+            acc[d] = 0.0
+    return kept
+
+
+@njit(nogil=True, cache=True)
 def _search_kernel(
-    indptr, post_docs, impacts, max_impacts, qptr, qterms, qweights, k, acc, touched, out_docs, out_scores
+    indptr, post_docs, impacts, max_impacts, qptr, qterms, qweights, k, acc, touched, start, step, out_docs, out_scores
 ):  # pragma: no cover - jit
-    """Exact top-``k`` per query with MaxScore-style pruning; worker ``w`` owns row ``w`` of ``acc``/``touched``.
+    """Exact top-``k`` for queries ``start, start + step, …`` with MaxScore-style pruning, using one accumulator.
 
     Terms run from the highest score bound (rare terms) down. Once the bounds of the remaining terms add up to
     less than the current ``k``-th best partial score, no untouched passage can still enter the top ``k``: the
     remaining (long, common-term) posting lists are then only probed, by galloping search, for the few
-    candidates that can still make it. ``acc`` is left all-zero for the next call.
+    candidates that can still make it. ``acc`` is left all-zero for the next call. Runs without the GIL, so
+    one Python thread per worker gives parallel batches.
     """
-    workers = acc.shape[0]
     num_queries = qptr.shape[0] - 1
-    for w in prange(workers):
-        heap_scores = np.empty(k, np.float32)
-        heap_docs = np.empty(k, np.int64)
-        for q in range(w, num_queries, workers):
-            first, nterms = qptr[q], qptr[q + 1] - qptr[q]
-            bounds = np.empty(nterms)
-            for j in range(nterms):
-                bounds[j] = qweights[first + j] * max_impacts[qterms[first + j]]
-            order = np.argsort(-bounds)
-            rest = np.zeros(nterms + 1)  # rest[i]: the most terms order[i:] can add to any passage
-            for i in range(nterms - 1, -1, -1):
-                rest[i] = rest[i + 1] + bounds[order[i]]
-            count = 0
-            cutoff = -1.0
-            i = 0
-            while i < nterms and not (count >= k and rest[i] * _SLACK < cutoff):
-                t = qterms[first + order[i]]
-                weight = qweights[first + order[i]]
-                for p in range(indptr[t], indptr[t + 1]):
-                    d = post_docs[p]
-                    if acc[w, d] == 0.0:
-                        touched[w, count] = d
-                        count += 1
-                    acc[w, d] += weight * impacts[p]
-                i += 1
-                if count >= k and i < nterms:
-                    cutoff = _kth_best(acc[w], touched[w], count, k, heap_scores, heap_docs)
-            if i < nterms:
-                # Keep only candidates that could still reach the cut-off, sorted for galloping.
-                kept = 0
+    heap_scores = np.empty(k, np.float32)
+    heap_docs = np.empty(k, np.int64)
+    for q in range(start, num_queries, step):
+        first, nterms = qptr[q], qptr[q + 1] - qptr[q]
+        bounds = np.empty(nterms)
+        for j in range(nterms):
+            bounds[j] = qweights[first + j] * max_impacts[qterms[first + j]]
+        order = np.argsort(-bounds)
+        rest = np.zeros(nterms + 1)  # rest[i]: the most terms order[i:] can add to any passage
+        for i in range(nterms - 1, -1, -1):
+            rest[i] = rest[i + 1] + bounds[order[i]]
+        count = 0
+        cutoff = -1.0
+        i = 0
+        while i < nterms and not (count >= k and rest[i] * _SLACK < cutoff):
+            t = qterms[first + order[i]]
+            weight = qweights[first + order[i]]
+            for p in range(indptr[t], indptr[t + 1]):
+                d = post_docs[p]
+                if acc[d] == 0.0:
+                    touched[count] = d
+                    count += 1
+                acc[d] += weight * impacts[p]
+            i += 1
+            # The cut-off can only prune once the terms left could add less than the terms done.
+            if count >= k and i < nterms and rest[i] < rest[0] - rest[i]:
+                cutoff = _kth_best(acc, touched, count, k, heap_scores, heap_docs)
+        if i < nterms:
+            count = _prune(acc, touched, count, rest[i], cutoff)
+            touched[:count].sort()  # ascending, for galloping through the remaining posting lists
+            for ii in range(i, nterms):
+                t = qterms[first + order[ii]]
+                weight = qweights[first + order[ii]]
+                pos, hi = indptr[t], indptr[t + 1]
                 for c in range(count):
-                    d = touched[w, c]
-                    if (acc[w, d] + rest[i]) * _SLACK >= cutoff:
-                        touched[w, kept] = d
-                        kept += 1
-                    else:
-                        acc[w, d] = 0.0
-                count = kept
-                touched[w, :count].sort()
-                for ii in range(i, nterms):
-                    t = qterms[first + order[ii]]
-                    weight = qweights[first + order[ii]]
-                    pos, hi = indptr[t], indptr[t + 1]
-                    for c in range(count):
-                        d = touched[w, c]
-                        pos = _gallop(post_docs, pos, hi, d)
-                        if pos >= hi:
-                            break
-                        if post_docs[pos] == d:
-                            acc[w, d] += weight * impacts[pos]
-            size = 0
-            for c in range(count):
-                d = touched[w, c]
-                size = _heap_push(heap_scores, heap_docs, size, k, np.float32(acc[w, d]), d)
-                acc[w, d] = 0.0
-            # Pop worst-first into the tail: the row ends up best-first.
-            for r in range(size - 1, -1, -1):
-                out_scores[q, r] = heap_scores[0]
-                out_docs[q, r] = heap_docs[0]
-                heap_scores[0] = heap_scores[r]
-                heap_docs[0] = heap_docs[r]
-                _sift_down(heap_scores, heap_docs, 0, r)
+                    d = touched[c]
+                    pos = _gallop(post_docs, pos, hi, d)
+                    if pos >= hi:
+                        break
+                    if post_docs[pos] == d:
+                        acc[d] += weight * impacts[pos]
+                if ii + 1 < nterms and count > k:  # scores grew: raise the cut-off, drop hopeless candidates
+                    cutoff = _kth_best(acc, touched, count, k, heap_scores, heap_docs)
+                    count = _prune(acc, touched, count, rest[ii + 1], cutoff)
+        size = 0
+        for c in range(count):
+            d = touched[c]
+            size = _heap_push(heap_scores, heap_docs, size, k, np.float32(acc[d]), d)
+            acc[d] = 0.0
+        # Pop worst-first into the tail: the row ends up best-first.
+        for r in range(size - 1, -1, -1):
+            out_scores[q, r] = heap_scores[0]
+            out_docs[q, r] = heap_docs[0]
+            heap_scores[0] = heap_scores[r]
+            heap_docs[0] = heap_docs[r]
+            _sift_down(heap_scores, heap_docs, 0, r)
 
 
 @njit(cache=True)
@@ -254,8 +264,9 @@ class NativeEngine:
         self._term_ids = {term: i for i, term in enumerate(vocabulary)}
         self.indptr, self.docs, self.impacts, self.max_impacts = indptr, docs, impacts, max_impacts
         self.num_docs = int(num_docs)
-        self.threads = max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
-        self._buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.threads = max(1, int(threads))
+        self._pool: ThreadPoolExecutor | None = None
+        self._buffers: tuple[np.ndarray, np.ndarray] | None = None
         self._lock = threading.Lock()
 
     # ----------------------------------------------------------------------------------------------- building
@@ -316,8 +327,12 @@ class NativeEngine:
 
     @classmethod
     def load(cls, directory: Path, num_docs: int, threads: int) -> NativeEngine:
-        """Memory-map the postings (reload takes about a second even at a million passages)."""
-        arrays = [np.load(directory / name, mmap_mode="r") for name in cls._FILES]
+        """Memory-map the postings, so reloading takes well under a second even at a million passages.
+
+        Copy-on-write mode gives the same (writable) array type as a fresh build, so numba compiles the search
+        kernel once rather than again for read-only arrays; nothing is ever written to them.
+        """
+        arrays = [np.load(directory / name, mmap_mode="c") for name in cls._FILES]
         text = (directory / "terms.txt").read_text(encoding="utf-8")
         vocabulary = text.split("\n") if text else []
         return cls(vocabulary, *arrays, num_docs=num_docs, threads=threads)
@@ -345,23 +360,27 @@ class NativeEngine:
         out_docs = np.full((len(queries), k), -1, dtype=np.int64)
         out_scores = np.zeros((len(queries), k), dtype=np.float32)
         workers = max(1, min(self.threads, len(queries)))
-        with self._lock:
+        arrays = (
+            self.indptr,
+            self.docs,
+            self.impacts,
+            self.max_impacts,
+            np.asarray(qptr, dtype=np.int64),
+            np.asarray(qterms, dtype=np.int64),
+            np.asarray(qweights, dtype=np.float64),
+            k,
+        )
+        with self._lock:  # the accumulators are shared state
             acc, touched = self._work_buffers(workers)
-            numba.set_num_threads(workers)
-            _search_kernel(
-                self.indptr,
-                self.docs,
-                self.impacts,
-                self.max_impacts,
-                np.asarray(qptr, dtype=np.int64),
-                np.asarray(qterms, dtype=np.int64),
-                np.asarray(qweights, dtype=np.float64),
-                k,
-                acc,
-                touched,
-                out_docs,
-                out_scores,
-            )
+            if workers == 1:
+                _search_kernel(*arrays, acc[0], touched[0], 0, 1, out_docs, out_scores)
+            else:
+                jobs = [
+                    self._pool.submit(_search_kernel, *arrays, acc[w], touched[w], w, workers, out_docs, out_scores)
+                    for w in range(workers)
+                ]
+                for job in jobs:
+                    job.result()
         results = []
         for row_docs, row_scores in zip(out_docs, out_scores, strict=True):
             found = row_docs >= 0
@@ -371,12 +390,15 @@ class NativeEngine:
     def _work_buffers(self, workers: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-worker accumulators, allocated once: zeroing a corpus-sized array per query would cost more than
         the query itself at a million passages."""
-        if workers not in self._buffers:
-            self._buffers[workers] = (
+        if self._buffers is None or self._buffers[0].shape[0] < workers:
+            if workers > 1 and self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="bm25-native")
+            self._buffers = (
                 np.zeros((workers, self.num_docs), dtype=np.float64),
                 np.empty((workers, self.num_docs), dtype=np.int32),
             )
-        return self._buffers[workers]
+        acc, touched = self._buffers
+        return acc[:workers], touched[:workers]
 
 
 def _lucene_weights(doc_freq: np.ndarray, lengths: np.ndarray, k1: float, b: float) -> tuple[np.ndarray, np.ndarray]:

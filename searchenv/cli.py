@@ -121,11 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     world.add_argument("--output", required=True, help="directory for corpus.jsonl, train.jsonl, test.jsonl")
     world.set_defaults(handler=_run_world)
 
+    from searchenv.adapters.verl_data import add_parser as add_verl_data_parser
     from searchenv.retrievers.server import add_serve_parser
     from searchenv.study import add_study_parser
 
     add_serve_parser(commands)
     add_study_parser(commands)
+    add_verl_data_parser(commands)
     return parser
 
 

@@ -248,8 +248,13 @@ def write_plot(rows: Sequence[StudyRow], path: str | os.PathLike[str]) -> None:
 
     datasets = list(dict.fromkeys(r.dataset for r in rows))
     engines = list(dict.fromkeys(r.engine for r in rows))
-    fig, axes = plt.subplots(1, len(datasets) + 1, figsize=(3.6 * (len(datasets) + 1), 3.4), squeeze=False)
-    for ax, dataset in zip(axes[0], datasets, strict=False):
+    cols = min(len(datasets) + 1, 3)
+    nrows = -(-(len(datasets) + 1) // cols)
+    fig, grid = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.4 * nrows), squeeze=False)
+    axes = list(grid.flat)
+    for ax in axes[len(datasets) + 1 :]:
+        ax.set_visible(False)
+    for ax, dataset in zip(axes, datasets, strict=False):
         for engine in engines:
             points = sorted((r.k, r.recall) for r in rows if r.dataset == dataset and r.engine == engine)
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=engine)
@@ -257,9 +262,9 @@ def write_plot(rows: Sequence[StudyRow], path: str | os.PathLike[str]) -> None:
         ax.set_xlabel("k")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("answer recall@k")
-    axes[0][0].legend(fontsize=8)
-    speed = axes[0][-1]
+    axes[0].set_ylabel("answer recall@k")
+    axes[0].legend(fontsize=8)
+    speed = axes[len(datasets)]
     width = 0.8 / max(len(datasets), 1)
     for i, dataset in enumerate(datasets):
         qps = [next((r.qps for r in rows if r.dataset == dataset and r.engine == e), 0.0) for e in engines]

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.analysis import EnglishAnalyzer
 from searchenv.retrievers.bm25 import ENGINES, BM25Retriever, tie_tolerant_agreement
 from searchenv.retrievers.index_store import MANIFEST_NAME, IndexMismatchError
 from searchenv.retrievers.sparse import lucene_length
-
 from searchenv.types import Corpus, Passage
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+
 from searchenv.adapters.generation import (
     GeneratedTurn,
     HFGenerator,
@@ -13,7 +14,6 @@ from searchenv.adapters.generation import (
     make_envs,
     rollout,
 )
-
 from tests.toyworld import CORPUS, QUESTIONS, ScriptedRetriever
 
 torch = pytest.importorskip("torch")

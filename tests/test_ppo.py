@@ -22,7 +22,6 @@ from searchenv.adapters.ppo import (
     token_rewards,
 )
 from searchenv.reward_specs import RewardResult
-
 from searchenv.tokenization import EpisodeTokens, encode_prompt
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from searchenv.retrievers.random_retriever import RandomRetriever
 from searchenv.retrievers.server import (
     ServerConfig,
@@ -21,7 +22,6 @@ from searchenv.retrievers.server import (
     serve_in_thread,
     spawn_server,
 )
-
 from searchenv.types import Corpus, Passage
 
 DATA = Path("/work/shared/data")
@@ -270,8 +270,7 @@ def test_ray_serve_replicas_answer_like_the_app(engine: RandomRetriever) -> None
         deployment = serve.status().applications["searchenv"].deployments["searchenv-retrieval"]
         assert deployment.replica_states.get("RUNNING") == 2
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        ray.shutdown()  # stops the local cluster we started, Serve's controller, proxy and replicas included
 
 
 def test_in_thread_server_stops_cleanly(engine: RandomRetriever) -> None:

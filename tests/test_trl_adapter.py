@@ -24,6 +24,7 @@ def _trainer(smollm2_dir, tmp_path, max_steps: int):
     args = trl.GRPOConfig(
         output_dir=str(tmp_path),
         use_cpu=True,
+        bf16=False,  # TRL defaults to bf16 autocast, which is ~30x slower than fp32 on this CPU
         per_device_train_batch_size=2,
         num_generations=2,
         max_completion_length=64,
