@@ -42,7 +42,15 @@ def _du(path: Path) -> int:
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    """This process's peak RSS. Linux's ``ru_maxrss`` survives ``exec`` (a child starts at its parent's peak),
+    so the kernel's per-address-space high-water mark ``VmHWM`` is read instead where it exists."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def _timed_prefix(search, queries: list[str], budget_s: float):

@@ -28,11 +28,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
 from searchenv.types import Passage, split_contents
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # httpx is imported on first use, so importing this module needs no server extra
+    import httpx
     from typing_extensions import Self
 
 __all__ = ["TOKEN_ENV", "RemoteRetriever", "RetrievalServiceError"]
@@ -208,6 +207,8 @@ class RemoteRetriever:
         queries, payload = self._prepare(queries, k)
         if not queries:
             return [], None
+        import httpx
+
         client = self._sync_client()
         last = _AttemptError("no attempt made", retryable=True)
         for attempt in range(self.retries + 1):
@@ -227,9 +228,9 @@ class RemoteRetriever:
     ) -> tuple[list[list[Passage]], RetrievalServiceError | None]:
         """Async :meth:`search_or_error`: runs on the client's own thread pool (``pool_size`` threads).
 
-        The event loop only awaits a future. The pooled synchronous ``httpx.Client`` on threads sustained about
-        1.7x the requests/s of ``httpx.AsyncClient`` at 16 concurrent calls on our 2-core machine
-        (docs/benchmarks.md, "Retrieval service"), and one pool serves every event loop.
+        The event loop only awaits a future. The pooled synchronous ``httpx.Client`` on threads sustained 2.4x
+        the queries/s of ``httpx.AsyncClient`` at 16 concurrent clients on our 2-core machine (docs/benchmarks.md,
+        "Retrieval service"), and one pool serves every event loop.
         """
         return await asyncio.get_running_loop().run_in_executor(self._pool(), self.search_or_error, queries, k)
 
@@ -269,13 +270,13 @@ class RemoteRetriever:
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
-    def _limits(self) -> httpx.Limits:
-        return httpx.Limits(max_connections=self.pool_size, max_keepalive_connections=self.pool_size)
-
     def _sync_client(self) -> httpx.Client:
+        import httpx
+
         with self._lock:
             if self._client is None:
-                self._client = httpx.Client(timeout=self.timeout, limits=self._limits(), headers=self._headers())
+                limits = httpx.Limits(max_connections=self.pool_size, max_keepalive_connections=self.pool_size)
+                self._client = httpx.Client(timeout=self.timeout, limits=limits, headers=self._headers())
             return self._client
 
     def _pool(self) -> ThreadPoolExecutor:
@@ -299,6 +300,8 @@ class RemoteRetriever:
         return _parse_response(payload, n_queries, k)
 
     def _attempt_failed(self, exc: Exception, attempt: int) -> _AttemptError:
+        import httpx
+
         if isinstance(exc, _AttemptError):
             error = exc
         elif isinstance(exc, httpx.TimeoutException):

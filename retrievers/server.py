@@ -38,13 +38,15 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from typing import TYPE_CHECKING, Any
 
 from searchenv.retrievers.remote import TOKEN_ENV
 from searchenv.types import Corpus, Passage, Retriever
+
+if TYPE_CHECKING:  # fastapi is imported by create_app only, so `searchenv --help` works without the server extra
+    from fastapi import FastAPI
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
 
 __all__ = [
     "CONFIG_ENV",
@@ -316,8 +318,8 @@ class _RequestError(Exception):
         self.detail = detail
 
 
-def _parse_request(body: bytes, config: ServerConfig) -> tuple[list[str], int, bool, bool]:
-    """Validate a ``/retrieve`` body; returns ``(queries, k, return_scores, single)``."""
+def _parse_request(body: bytes, config: ServerConfig) -> tuple[list[str], int, bool]:
+    """Validate a ``/retrieve`` body; returns ``(queries, k, return_scores)`` (a single ``query`` becomes one)."""
     example = '{"queries": ["who wrote hamlet"], "topk": 3, "return_scores": true}'
     try:
         payload = json.loads(body)
@@ -358,7 +360,7 @@ def _parse_request(body: bytes, config: ServerConfig) -> tuple[list[str], int, b
     scores = payload.get("return_scores", False)
     if not isinstance(scores, bool):
         raise _RequestError(422, "invalid_return_scores", f"return_scores must be true or false, got {scores!r}")
-    return queries, k, scores, single
+    return queries, k, scores
 
 
 @functools.lru_cache(maxsize=1 << 18)
@@ -474,6 +476,9 @@ def create_app(config: ServerConfig | None = None, *, retriever: Retriever | Non
     Without ``retriever`` the engine is built on a thread when the app starts; until it is ready
     ``/retrieve`` answers 503 with ``Retry-After`` and ``/health`` reports ``"ready": false``.
     """
+    from fastapi import FastAPI
+    from starlette.responses import JSONResponse, Response
+
     config = config or ServerConfig()
     if config.token is None and os.environ.get(TOKEN_ENV):
         config.token = os.environ[TOKEN_ENV]
@@ -482,10 +487,8 @@ def create_app(config: ServerConfig | None = None, *, retriever: Retriever | Non
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
         state.batcher.start()
-        loader = None
         if state.retriever is None:
-            loader = threading.Thread(target=state.load, name="searchenv-load", daemon=True)
-            loader.start()
+            threading.Thread(target=state.load, name="searchenv-load", daemon=True).start()
         yield
         await state.batcher.stop()
 
@@ -495,16 +498,13 @@ def create_app(config: ServerConfig | None = None, *, retriever: Retriever | Non
     def error(status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
         return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
 
-    @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s", request.url.path)
         return error(500, "internal_error", f"{type(exc).__name__}: {exc}")
 
-    @app.get("/health")
-    async def health() -> JSONResponse:
+    async def health(request: Request) -> JSONResponse:
         return JSONResponse(state.health(), status_code=200 if state.retriever is not None else 503)
 
-    @app.post("/retrieve")
     async def retrieve(request: Request) -> Response:
         if config.token is not None:
             sent = request.headers.get("authorization", "")
@@ -513,7 +513,7 @@ def create_app(config: ServerConfig | None = None, *, retriever: Retriever | Non
                     401, "unauthorized", "send 'Authorization: Bearer <token>'", {"WWW-Authenticate": "Bearer"}
                 )
         try:
-            queries, k, with_scores, _ = _parse_request(await _read_body(request, config.max_body_bytes), config)
+            queries, k, with_scores = _parse_request(await _read_body(request, config.max_body_bytes), config)
         except _RequestError as exc:
             return error(exc.status, exc.code, exc.detail)
         if state.retriever is None:
@@ -535,6 +535,11 @@ def create_app(config: ServerConfig | None = None, *, retriever: Retriever | Non
             results = [r if r is not None else found[q] for q, r in zip(queries, results, strict=True)]
         return Response(_encode(results, with_scores), media_type="application/json")  # type: ignore[arg-type]
 
+    # Plain Starlette routes: the endpoints read the raw body themselves (size limit first, then clear errors),
+    # so FastAPI's validation layer would only add cost.
+    app.add_exception_handler(Exception, unexpected)
+    app.add_route("/health", health, methods=["GET"])
+    app.add_route("/retrieve", retrieve, methods=["POST"])
     return app
 
 
@@ -702,7 +707,7 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--ray-address", default=None, help="existing Ray cluster to join (with --ray; default: start one)")
     p.add_argument("--replica-cpus", type=float, default=1.0, help="CPUs reserved per Ray replica")
     p.add_argument("--replica-gpus", type=float, default=0.0, help="GPUs reserved per Ray replica (dense retrieval)")
-    p.set_defaults(func=run_serve)
+    p.set_defaults(handler=run_serve)
     return p
 
 

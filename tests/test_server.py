@@ -209,7 +209,7 @@ def test_cli_arguments_default_to_loopback_and_reject_missing_corpus(tmp_path: P
     parser = argparse.ArgumentParser()
     add_serve_parser(parser.add_subparsers())
     args = parser.parse_args(["serve", "--corpus", str(CORPUS_PATH), "--option", "seed=3", "--option", "engine=bm25s"])
-    assert args.host == "127.0.0.1" and args.func.__name__ == "run_serve"
+    assert args.host == "127.0.0.1" and args.handler.__name__ == "run_serve"
     config = config_from_args(args)
     assert config.options == {"seed": 3, "engine": "bm25s"} and config.token is None
     missing = parser.parse_args(["serve", "--corpus", str(tmp_path / "nope.jsonl")])
