@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -130,7 +131,7 @@ def main() -> None:
     for row in results:
         # the first step includes one-time costs (lazy allocations, the BM25 index); report the rest
         steady = row["seconds_per_step"][1:] or row["seconds_per_step"]
-        row["median_seconds_per_step"] = sorted(steady)[len(steady) // 2]
+        row["median_seconds_per_step"] = statistics.median(steady)
         row["model_tokens_per_second"] = sum(row["model_tokens_per_step"]) / sum(row["seconds_per_step"])
         print(
             f"{row['trainer']:>9}: {row['median_seconds_per_step']:.1f} s/step, "

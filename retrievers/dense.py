@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from searchenv.retrievers.embed import ShardedVectors, check_same, embed_corpus, encoder_key
 from searchenv.retrievers.encoder import DEFAULT_ENCODER, Encoder, load_encoder
 from searchenv.retrievers.faiss_index import (
@@ -39,7 +40,6 @@ from searchenv.retrievers.faiss_index import (
     to_gpu,
     write_index,
 )
-
 from searchenv.types import Corpus, Passage
 
 __all__ = ["DenseRetriever", "exact_retriever", "hnsw_retriever"]

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from searchenv.retrievers.encoder import Encoder
 from searchenv.retrievers.index_store import IndexMismatchError
-
 from searchenv.types import Corpus
 
 __all__ = ["IndexMismatchError", "ShardedVectors", "embed_corpus", "encoder_key", "index_dir_for"]

