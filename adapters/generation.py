@@ -14,7 +14,7 @@ environment wrote, repeat until every episode is over. This module is that loop,
 Why token-in/token-out: the ids the policy sampled are kept exactly as sampled (never decoded and
 re-encoded), environment text is tokenized on its own and masked out, so the loss mask lines up with what the
 model actually produced (SPEC §2). When an engine runs past a closing tag, the surplus tokens are cut together
-with the text the environment drops (:func:`searchenv.tokenization.cut_at_action_end`).
+with the text the environment drops (:meth:`searchenv.tokenization.EpisodeTokens.add_action`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from typing import Protocol as TypingProtocol
 
-from searchenv.protocol import parse_action
-from searchenv.tokenization import EpisodeTokens, TokenizedEpisode, cut_at_action_end, encode_prompt
+from searchenv.tokenization import EpisodeTokens, TokenizedEpisode, encode_prompt
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -61,7 +60,7 @@ class SamplingConfig:
         max_total_tokens: cap on prompt + response tokens of one episode (Search-R1: 4096).
         max_response_tokens: optional cap on response tokens (model + environment) of one episode, e.g. TRL's
             ``max_completion_length``. When an episode reaches a cap, no further action is sampled; it ends
-            without a terminal reward (0.0) and is reported with ``truncated = 1``. The environment block that
+            and the environment scores it as truncated (``env.truncate()``); it is reported with ``truncated = 1``. The environment block that
             followed its last action is kept, so a response may exceed the cap by that block.
         chat_template: passed to :func:`searchenv.tokenization.encode_prompt` (``None``: use the tokenizer's
             chat template when it has one).
@@ -119,8 +118,7 @@ class EpisodeResult:
 
     Attributes:
         tokens: prompt ids, response ids (model + env, in order), loss mask and sampled-token logprobs.
-        reward: the environment's scalar reward (0.0 when the episode was cut by the length budget and the
-            environment gave none).
+        reward: the environment's terminal reward (an episode cut by the token budget is scored as truncated).
         reward_parts: named parts of the reward (``em``, ``format_ok``, ...), as the environment reported them.
         metrics: ``response_tokens`` (all response ids), ``model_tokens`` (mask 1), ``num_turns``,
             ``valid_searches`` (searches actually executed), ``invalid_actions``, ``answered`` (0/1),
@@ -291,7 +289,9 @@ def rollout(
     while active:
         budgets = {i: sampling.budget(len(builders[i].prompt_ids), len(builders[i].response_ids)) for i in active}
         for i in [i for i in active if budgets[i] <= 0]:
+            # The token budget ended the episode: the environment still scores it, like veRL's length cut.
             metrics[i]["truncated"] = 1.0
+            _, rewards[i], _, _, final_infos[i] = envs[i].unwrapped.truncate()
         active = [i for i in active if budgets[i] > 0]
         if not active:
             break
@@ -304,14 +304,7 @@ def rollout(
                 turns[i] = turn
         actions = []
         for i in active:
-            ids, logprobs = turns[i].token_ids, turns[i].logprobs
-            parsed = parse_action(_decode(tokenizer, ids), envs[i].unwrapped.protocol)
-            if parsed.kind != "invalid" and parsed.dropped:
-                keep = cut_at_action_end(tokenizer, ids, parsed.kept)
-                ids, logprobs = ids[:keep], logprobs[:keep]
-            builders[i].add_model(ids, logprobs)
-            # The environment sees the text without special tokens (an EOS is not part of the action).
-            actions.append(tokenizer.decode(ids, skip_special_tokens=True))
+            actions.append(builders[i].add_action(turns[i].token_ids, turns[i].logprobs, envs[i].unwrapped.protocol))
         results = searchenv.step_batch([envs[i] for i in active], actions)
         still_active = []
         for i, (obs, reward, terminated, truncated, info) in zip(active, results):
@@ -342,13 +335,8 @@ def rollout(
     return results_out
 
 
-def _decode(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> str:
-    """Decode exactly as :func:`~searchenv.tokenization.cut_at_action_end` measures, special tokens included."""
-    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-
 def make_envs(n: int, **env_kwargs: Any) -> list[SearchQAEnv]:
-    """``n`` SearchQA environments sharing one retriever (built once), so a batch turn is one search call.
+    """``n`` SearchQA environments sharing one dataset and retriever (built once), so a batch turn is one search call.
 
     ``env_kwargs`` are :class:`~searchenv.env.SearchQAEnv` arguments (``dataset``, ``retriever``, ``reward``, ...).
     """
@@ -358,9 +346,8 @@ def make_envs(n: int, **env_kwargs: Any) -> list[SearchQAEnv]:
 
     if n < 1:
         raise ValueError(f"need at least one environment, got n={n}")
-    first = gym.make(searchenv.ENV_ID, **env_kwargs)
-    shared = {**env_kwargs, "retriever": first.unwrapped.retriever}
-    return [first, *(gym.make(searchenv.ENV_ID, **shared) for _ in range(n - 1))]
+    first = gym.make(searchenv.ENV_ID, **env_kwargs).unwrapped
+    return [first, *(first.sibling() for _ in range(n - 1))]
 
 
 # ---------------------------------------------------------------------------------------------------------------

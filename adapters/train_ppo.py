@@ -84,10 +84,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``searchenv train-ppo`` on the CLI's subparsers."""
-    parser = subparsers.add_parser("train-ppo", help="train with the built-in PPO/GRPO/REINFORCE++ loop")
-    _add_arguments(parser)
-    parser.set_defaults(func=run)
+    """Register ``searchenv train-ppo`` on the CLI's subparsers.
+
+    The options are parsed by :func:`build_parser` when the command runs, so building the CLI never imports torch.
+    """
+    parser = subparsers.add_parser(
+        "train-ppo",
+        add_help=False,
+        prefix_chars="\0",  # no option syntax here: every word, "--help" included, goes to build_parser()
+        help="train with the built-in PPO/GRPO/REINFORCE++ loop (--help for options)",
+    )
+    parser.add_argument("options", nargs="*")
+    parser.set_defaults(handler=lambda args: main(args.options) or 0)
     return parser
 
 

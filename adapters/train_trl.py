@@ -61,7 +61,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``searchenv train-trl`` on the CLI's subparsers."""
     parser = subparsers.add_parser("train-trl", help="train with TRL's GRPOTrainer")
     _add_arguments(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(handler=_handle)
     return parser
 
 
@@ -123,6 +123,11 @@ def run(args: argparse.Namespace) -> Any:
     )
     trainer.train()
     return trainer
+
+
+def _handle(args: argparse.Namespace) -> int:
+    run(args)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> None:

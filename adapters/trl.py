@@ -111,12 +111,13 @@ class SearchRolloutFunc:
                 "build the train dataset with searchenv.adapters.trl.make_dataset(env) so prompts map to questions"
             )
         args = trainer.args
+        response_cap = args.max_completion_length or 10**9
         sampling = SamplingConfig(
             temperature=args.temperature,
             top_p=args.top_p,
-            max_new_tokens=min(self.max_new_tokens, args.max_completion_length),
+            max_new_tokens=min(self.max_new_tokens, response_cap),
             max_total_tokens=10**9,
-            max_response_tokens=args.max_completion_length,
+            max_response_tokens=response_cap,
             chat_template=self.chat_template,
         )
         envs = self._envs_for(len(texts))

@@ -22,8 +22,12 @@ from itertools import compress, repeat
 from pathlib import Path
 
 import numpy as np
-from numba import njit
 from tqdm.auto import tqdm
+
+try:
+    from numba import njit
+except ImportError:  # pragma: no cover - depends on the install
+    raise ImportError("the native BM25 engine needs numba: pip install 'searchenv[bm25]'") from None
 
 from searchenv.retrievers.analysis import EnglishAnalyzer
 from searchenv.types import Corpus

@@ -121,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     world.add_argument("--output", required=True, help="directory for corpus.jsonl, train.jsonl, test.jsonl")
     world.set_defaults(handler=_run_world)
 
+    from searchenv.adapters.train_ppo import add_parser as add_train_ppo_parser
+    from searchenv.adapters.train_trl import add_parser as add_train_trl_parser
     from searchenv.adapters.verl_data import add_parser as add_verl_data_parser
     from searchenv.retrievers.server import add_serve_parser
     from searchenv.study import add_study_parser
@@ -128,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(commands)
     add_study_parser(commands)
     add_verl_data_parser(commands)
+    add_train_ppo_parser(commands)
+    add_train_trl_parser(commands)
     return parser
 
 

@@ -25,7 +25,7 @@ def run_demo(args: argparse.Namespace, make_env: Callable[[argparse.Namespace], 
     sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens, max_total_tokens=2048)
     generator = HFGenerator(model, tokenizer, sampling)
     first = make_env(args)
-    envs = [first, *(_share(first, args, make_env) for _ in range(args.episodes - 1))]
+    envs = [first, *(first.unwrapped.sibling() for _ in range(args.episodes - 1))]
     start = time.perf_counter()
     results = rollout(envs, generator, sampling, seed=args.seed)
     elapsed = time.perf_counter() - start
@@ -43,8 +43,3 @@ def run_demo(args: argparse.Namespace, make_env: Callable[[argparse.Namespace], 
     print(f"\n{len(results)} episodes in {elapsed:.1f} s: mean reward {mean:.3f}, {searches:.2f} searches per episode")
     return 0
 
-
-def _share(first: Any, args: argparse.Namespace, make_env: Callable[[argparse.Namespace], Any]) -> Any:
-    """Another environment with the same settings, reusing the first one's retriever (one index in memory)."""
-    shared = argparse.Namespace(**{**vars(args), "retriever": first.unwrapped.retriever})
-    return make_env(shared)

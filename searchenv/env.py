@@ -10,6 +10,7 @@ which serves every pending search of the batch with a single ``Retriever.search`
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import os
 from collections.abc import Mapping, Sequence
@@ -214,6 +215,18 @@ class SearchQAEnv(gym.Env[str, str]):
         if self._episode is None:
             raise RuntimeError("no episode yet: call reset() first")
         return self._episode
+
+    def sibling(self) -> SearchQAEnv:
+        """A new environment sharing this one's dataset, retriever and reward spec, with its own random state.
+
+        Building N environments this way loads the data and the index once; stepping them together with
+        :func:`step_batch` makes one ``search`` call per step.
+        """
+        clone = copy.copy(self)
+        clone._np_random = None
+        clone._np_random_seed = None
+        clone._episode = None
+        return clone
 
     @property
     def action_limit(self) -> int:

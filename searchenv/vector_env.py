@@ -7,7 +7,6 @@ episodes share one retriever and every step issues a single batched ``search`` f
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
@@ -34,7 +33,7 @@ class SearchQAVectorEnv(VectorEnv):
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         first = SearchQAEnv(**env_kwargs)
-        self.envs = [first] + [_sibling(first) for _ in range(num_envs - 1)]
+        self.envs = [first] + [first.sibling() for _ in range(num_envs - 1)]
         self.num_envs = num_envs
         self.single_observation_space = first.observation_space
         self.single_action_space = first.action_space
@@ -79,11 +78,3 @@ class SearchQAVectorEnv(VectorEnv):
     def render(self) -> tuple[str | None, ...]:
         return tuple(env.render() for env in self.envs)
 
-
-def _sibling(env: SearchQAEnv) -> SearchQAEnv:
-    """A new episode slot sharing ``env``'s dataset, retriever and reward spec, with its own random state."""
-    clone = copy.copy(env)
-    clone._np_random = None
-    clone._np_random_seed = None
-    clone._episode = None
-    return clone

@@ -181,3 +181,25 @@ def test_config_and_trainer_reject_inconsistent_settings(policy):
     model, tok = policy
     with pytest.raises(ValueError, match="one environment per episode"):
         Trainer(model, tok, make_envs(1, retriever="random"), PPOConfig(prompts_per_step=1, group_size=2))
+
+
+def test_cli_options_reach_the_config_and_the_log_plots(tmp_path):
+    import argparse
+
+    from searchenv.adapters import train_ppo
+
+    commands = argparse.ArgumentParser().add_subparsers(dest="command")
+    train_ppo.add_parser(commands)
+    words = ["--algorithm", "reinforce++", "--group-size", "1", "--chat-template", "off", "--lr", "2e-6"]
+    parsed = commands.choices["train-ppo"].parse_args(words)
+    assert parsed.options == words  # forwarded untouched to the script's own parser
+    args = train_ppo.build_parser().parse_args(words)
+    assert (args.algorithm, args.group_size, args.chat_template, args.lr) == ("reinforce++", 1, "off", 2e-6)
+    log = tmp_path / "log.jsonl"
+    log.write_text(
+        "".join(
+            json.dumps({"step": s, "reward": s / 4, "valid_searches": 1, "model_tokens": 9}) + "\n" for s in range(1, 5)
+        )
+    )
+    train_ppo.plot_log(log, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
