@@ -59,9 +59,10 @@ class SamplingConfig:
         max_new_tokens: cap on tokens generated per turn (Search-R1: 500).
         max_total_tokens: cap on prompt + response tokens of one episode (Search-R1: 4096).
         max_response_tokens: optional cap on response tokens (model + environment) of one episode, e.g. TRL's
-            ``max_completion_length``. When an episode reaches a cap, no further action is sampled; it ends
-            and the environment scores it as truncated (``env.truncate()``); it is reported with ``truncated = 1``. The environment block that
-            followed its last action is kept, so a response may exceed the cap by that block.
+            ``max_completion_length``. When an episode reaches a cap, no further action is sampled: the
+            environment scores it as truncated (``env.truncate()``) and it is reported with ``truncated = 1``.
+            The environment block that followed its last action is kept, so a response may exceed the cap by
+            that block.
         chat_template: passed to :func:`searchenv.tokenization.encode_prompt` (``None``: use the tokenizer's
             chat template when it has one).
     """

@@ -77,9 +77,9 @@ def main() -> None:
     args = parser.parse_args()
 
     import skyrl_gym
-    from searchenv.adapters.skyrl import ENV_ID, register_skyrl_env
     from skyrl_gym.envs.search.env import SearchEnv, SearchEnvConfig
 
+    from searchenv.adapters.skyrl import ENV_ID, register_skyrl_env
     from searchenv.data import load_dataset
 
     examples = load_dataset(SHARED / "qa" / "nq_test_1000.jsonl")[: args.episodes]

@@ -75,8 +75,12 @@ def child(args: argparse.Namespace) -> None:
     full_size = len(corpus)
     subsample = args.engine == "rank-bm25" and len(corpus) > RANK_BM25_SUBSAMPLE
     if subsample:
-        corpus = Corpus(corpus.ids[:RANK_BM25_SUBSAMPLE], corpus.titles[:RANK_BM25_SUBSAMPLE],
-                        corpus.texts[:RANK_BM25_SUBSAMPLE], source=f"{corpus.source}[:{RANK_BM25_SUBSAMPLE}]")  # fmt: skip
+        corpus = Corpus(
+            corpus.ids[:RANK_BM25_SUBSAMPLE],
+            corpus.titles[:RANK_BM25_SUBSAMPLE],
+            corpus.texts[:RANK_BM25_SUBSAMPLE],
+            source=f"{corpus.source}[:{RANK_BM25_SUBSAMPLE}]",
+        )
     corpus.checksum  # noqa: B018 - hashing the corpus is not part of any engine's build time
     rss_corpus = _peak_rss_mb()
     index_dir = Path(args.workdir) / f"index-{args.engine}"
@@ -161,9 +165,22 @@ def main() -> None:
         records, failed = {}, {}
         for engine in engines:
             print(f"[bench_bm25] {args.scale}: {engine} ...", file=sys.stderr, flush=True)
-            command = [sys.executable, __file__, "--child", engine, "--corpus", str(corpus_path), "--queries",
-                       str(queries_path), "--workdir", str(workdir), "--threads", str(args.threads),
-                       "--budget", str(args.budget)]  # fmt: skip
+            command = [
+                sys.executable,
+                __file__,
+                "--child",
+                engine,
+                "--corpus",
+                str(corpus_path),
+                "--queries",
+                str(queries_path),
+                "--workdir",
+                str(workdir),
+                "--threads",
+                str(args.threads),
+                "--budget",
+                str(args.budget),
+            ]
             done = subprocess.run(command, capture_output=True, text=True, check=False)
             if done.returncode == 0:
                 records[engine] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -181,8 +198,10 @@ def main() -> None:
                 record["top"], lucene["deep_ids"][:n], lucene["deep_scores"][:n], depth=DEPTH
             )
     print(f"\n{args.scale}: {described}; top-{DEPTH}, threads={args.threads}\n")
-    print("| engine | build s | index MB | reload s | peak RSS MB (corpus alone) | batched QPS | × Lucene | "
-          "single QPS | × Lucene | top-3 agreement |")  # fmt: skip
+    print(
+        "| engine | build s | index MB | reload s | peak RSS MB (corpus alone) | batched QPS | × Lucene | "
+        "single QPS | × Lucene | top-3 agreement |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for engine, r in records.items():
         note = f" (extrapolated from {r['extrapolated_from']:,})" if r["extrapolated_from"] else ""

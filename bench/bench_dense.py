@@ -100,13 +100,22 @@ def measure_factory(spec: str, vectors: np.ndarray, queries: np.ndarray, truth: 
     if "IVF" in spec:
         faiss.extract_index_ivf(index).nprobe = args.nprobe
     (_, approx), batched_s = timed(index.search, queries, args.k)
-    row = {"index": spec, "train_s": train_s, "add_s": add_s, "code_bytes_per_vector": index.sa_code_size(),
-           "memory_gb": len(vectors) * index.sa_code_size() / 2**30, "recall": recall_at(approx, truth),
-           "batched_qps": len(queries) / batched_s, "single_qps": single_qps(index, queries, args.k, args.single),
-           "nprobe": args.nprobe if "IVF" in spec else None}  # fmt: skip
-    print(f"{spec}: train {train_s:.1f} s, add {add_s:.1f} s, {row['code_bytes_per_vector']} B/vector "
-          f"({row['memory_gb']:.2f} GB), recall@{args.k} {row['recall']:.3f}, batched {row['batched_qps']:.1f} q/s, "
-          f"single {row['single_qps']:.1f} q/s")  # fmt: skip
+    row = {
+        "index": spec,
+        "train_s": train_s,
+        "add_s": add_s,
+        "code_bytes_per_vector": index.sa_code_size(),
+        "memory_gb": len(vectors) * index.sa_code_size() / 2**30,
+        "recall": recall_at(approx, truth),
+        "batched_qps": len(queries) / batched_s,
+        "single_qps": single_qps(index, queries, args.k, args.single),
+        "nprobe": args.nprobe if "IVF" in spec else None,
+    }
+    print(
+        f"{spec}: train {train_s:.1f} s, add {add_s:.1f} s, {row['code_bytes_per_vector']} B/vector "
+        f"({row['memory_gb']:.2f} GB), recall@{args.k} {row['recall']:.3f}, batched {row['batched_qps']:.1f} q/s, "
+        f"single {row['single_qps']:.1f} q/s"
+    )
     return row
 
 
@@ -154,8 +163,12 @@ def main() -> None:
     parser.add_argument("--ef-search", default="16,64,128,256")
     parser.add_argument("--source", default="synthetic")
     parser.add_argument("--questions", default="../shared/data/qa/nq_test_1000.jsonl")
-    parser.add_argument("--phase", choices=["all", "build", "search", "exact"], default="all",
-                        help="build: HNSW graph only; search: needs a finished graph; exact: no HNSW at all")  # fmt: skip
+    parser.add_argument(
+        "--phase",
+        choices=["all", "build", "search", "exact"],
+        default="all",
+        help="build: HNSW graph only; search: needs a finished graph; exact: no HNSW at all",
+    )
     parser.add_argument("--build-budget-s", type=float, default=420, help="stop adding to the graph after this")
     parser.add_argument("--cache", default=os.environ.get("SEARCHENV_BENCH_CACHE", "/tmp/searchenv-bench"))
     parser.add_argument(
@@ -189,8 +202,10 @@ def main() -> None:
         if hnsw is None:
             return
         result["hnsw_build_s"], result["hnsw_index_gb"] = built["build_s"], graph.stat().st_size / 2**30
-        print(f"HNSW{args.m} efConstruction {args.ef_construction}: build {built['build_s']:.1f} s (sum over runs), "
-              f"index file {result['hnsw_index_gb']:.2f} GB")  # fmt: skip
+        print(
+            f"HNSW{args.m} efConstruction {args.ef_construction}: build {built['build_s']:.1f} s (sum over runs), "
+            f"index file {result['hnsw_index_gb']:.2f} GB"
+        )
 
     before = rss_gb()
     flat = faiss.IndexFlatIP(dim)
@@ -201,9 +216,11 @@ def main() -> None:
     result["flat_single_qps"] = single_qps(flat, queries, args.k, args.single)
     result["gemm_s"] = gemm_floor(queries, vectors)
     result["gemm_qps"] = len(queries) / result["gemm_s"]
-    print(f"Flat: add {result['flat_build_s']:.1f} s, +{result['flat_memory_gb']:.2f} GB, batched "
-          f"{result['flat_batched_qps']:.1f} q/s, single {result['flat_single_qps']:.2f} q/s; "
-          f"GEMM floor {result['gemm_qps']:.1f} q/s")  # fmt: skip
+    print(
+        f"Flat: add {result['flat_build_s']:.1f} s, +{result['flat_memory_gb']:.2f} GB, batched "
+        f"{result['flat_batched_qps']:.1f} q/s, single {result['flat_single_qps']:.2f} q/s; "
+        f"GEMM floor {result['gemm_qps']:.1f} q/s"
+    )
 
     del flat  # peak memory: the data, then one index at a time
     if isinstance(hnsw, Path):
@@ -213,11 +230,17 @@ def main() -> None:
     for ef in [int(e) for e in args.ef_search.split(",")] if hnsw is not None else []:
         hnsw.hnsw.efSearch = ef
         (_, approx), batched_s = timed(hnsw.search, queries, args.k)
-        row = {"ef_search": ef, "recall": recall_at(approx, truth), "batched_qps": len(queries) / batched_s,
-               "single_qps": single_qps(hnsw, queries, args.k, min(len(queries), 300))}  # fmt: skip
+        row = {
+            "ef_search": ef,
+            "recall": recall_at(approx, truth),
+            "batched_qps": len(queries) / batched_s,
+            "single_qps": single_qps(hnsw, queries, args.k, min(len(queries), 300)),
+        }
         result["hnsw"].append(row)
-        print(f"HNSW efSearch {ef:>3}: recall@{args.k} {row['recall']:.3f}, batched {row['batched_qps']:.0f} q/s, "
-              f"single {row['single_qps']:.0f} q/s")  # fmt: skip
+        print(
+            f"HNSW efSearch {ef:>3}: recall@{args.k} {row['recall']:.3f}, batched {row['batched_qps']:.0f} q/s, "
+            f"single {row['single_qps']:.0f} q/s"
+        )
     result["extra"] = [measure_factory(spec, vectors, queries, truth, args) for spec in args.extra]
     result["process_rss_gb"] = rss_gb() - base
     if args.json:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
+import gymnasium as gym
+import numpy as np
 
-import searchenv  # noqa: E402,F401
-from searchenv import Corpus, SearchQAEnv, load_dataset  # noqa: E402
+import searchenv  # noqa: F401
+from searchenv import Corpus, SearchQAEnv, load_dataset
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -44,7 +44,10 @@ def percentiles(samples_ns: list[int]) -> tuple[float, float, float]:
 
 def overhead(steps: int, corpus: Corpus) -> list[tuple[str, float, float, float]]:
     questions = load_dataset(SHARED / "qa" / "nq_test_1000.jsonl")
-    envs = {reward: SearchQAEnv(dataset=questions, retriever=ReadyPassages(corpus), reward=reward) for reward in ("em", "format")}
+    envs = {
+        reward: SearchQAEnv(dataset=questions, retriever=ReadyPassages(corpus), reward=reward)
+        for reward in ("em", "format")
+    }
     rows = []
     cases = {
         "search (parse + format block)": ("em", "<think>I should look this up.</think>\n<search> {q} </search>"),
@@ -85,7 +88,9 @@ def _skyrl_answer(steps: int) -> list[int] | None:
     except ImportError:
         return None
     samples = []
-    config = OmegaConf.create({"search_url": "http://127.0.0.1:9/retrieve", "topk": 3, "timeout": 1, "log_requests": False})
+    config = OmegaConf.create(
+        {"search_url": "http://127.0.0.1:9/retrieve", "topk": 3, "timeout": 1, "log_requests": False}
+    )
     for _ in range(steps):
         env = SearchEnv(config, extras={"reward_spec": {"ground_truth": {"target": ["x"]}}, "max_turns": 2})
         env.init([{"role": "user", "content": "q"}])
@@ -99,8 +104,14 @@ def vectorised(num_envs: int, vec_steps: int) -> tuple[float, float, float]:
     corpus_path = SHARED / "corpus" / "union.jsonl"
     questions = SHARED / "qa" / "nq_test_1000.jsonl"
     start = time.perf_counter()
-    venv = gym.make_vec("SearchQA-v0", num_envs=num_envs, dataset=str(questions), corpus=str(corpus_path),
-                        retriever="bm25", max_turns=vec_steps + 1)
+    venv = gym.make_vec(
+        "SearchQA-v0",
+        num_envs=num_envs,
+        dataset=str(questions),
+        corpus=str(corpus_path),
+        retriever="bm25",
+        max_turns=vec_steps + 1,
+    )
     build = time.perf_counter() - start
     _, infos = venv.reset(seed=0)
     actions = [f"<search>{q}</search>" for q in infos["question"]]
@@ -124,8 +135,10 @@ def main() -> None:
     for name, p50, p99, rate in overhead(args.steps, corpus):
         print(f"| {name} | {p50:.1f} | {p99:.1f} | {rate:,.0f} |")
     build, rate, ms = vectorised(args.num_envs, args.vec_steps)
-    print(f"\nmake_vec N={args.num_envs}, bm25 on union.jsonl (build {build:.1f} s): "
-          f"{rate:,.0f} env-steps/s, {ms:.1f} ms per vector step (median of {args.vec_steps})")
+    print(
+        f"\nmake_vec N={args.num_envs}, bm25 on union.jsonl (build {build:.1f} s): "
+        f"{rate:,.0f} env-steps/s, {ms:.1f} ms per vector step (median of {args.vec_steps})"
+    )
 
 
 if __name__ == "__main__":

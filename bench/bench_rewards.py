@@ -22,10 +22,10 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
-from searchenv.reward_specs import Rollout, answer_in_passages, load_reward
 from skyrl_gym.envs.search import utils as peer
 
 from searchenv.protocol import PROTOCOLS
+from searchenv.reward_specs import Rollout, answer_in_passages, load_reward
 from searchenv.types import Passage, split_contents
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"

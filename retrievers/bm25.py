@@ -169,6 +169,10 @@ _SPECS: dict[str, Callable[[], _EngineSpec]] = {
 ENGINES: tuple[str, ...] = tuple(_SPECS)
 
 
+#: Below this many passages an index builds in about a second and a progress bar is only noise.
+PROGRESS_MIN_PASSAGES = 50_000
+
+
 class BM25Retriever:
     """BM25 top-``k`` search over a :class:`~searchenv.types.Corpus`.
 
@@ -179,7 +183,8 @@ class BM25Retriever:
             parameters is reloaded; a mismatched one is refused with an error saying how to rebuild; a missing or
             empty directory is built into. ``None`` keeps the index in memory (Lucene: a temporary directory).
         k1, b: BM25 parameters; the defaults are pyserini's.
-        show_progress: progress bars while building.
+        show_progress: progress bars while building; ``None`` (default) shows them for corpora of at least
+            ``PROGRESS_MIN_PASSAGES`` passages, where a build takes long enough to be worth watching.
         threads: worker threads for building and batched search (default: all cores).
         rebuild: replace an existing index at ``index_dir`` whatever it was built from.
     """
@@ -193,7 +198,7 @@ class BM25Retriever:
         index_dir: str | os.PathLike[str] | None = None,
         k1: float = PYSERINI_K1,
         b: float = PYSERINI_B,
-        show_progress: bool = True,
+        show_progress: bool | None = None,
         threads: int | None = None,
         rebuild: bool = False,
     ):
@@ -209,6 +214,8 @@ class BM25Retriever:
         self.threads = max(1, int(threads or os.cpu_count() or 1))
         self.index_dir = None if index_dir is None else Path(index_dir)
         spec = _SPECS[engine]()
+        if show_progress is None:
+            show_progress = len(corpus) >= PROGRESS_MIN_PASSAGES
         job = _Build(corpus, self.k1, self.b, self.threads, show_progress)
         if self.index_dir is None:
             self._engine = spec.build(job, None)

@@ -213,8 +213,9 @@ def _build(
         if use_gpu and moved is index:
             raise RuntimeError("use_gpu=True but faiss sees no GPU (or the index is HNSW, which faiss runs on CPU)")
         index = moved
-    return DenseRetriever(corpus, index, kind=kind, encoder=encoder, encoder_options=encoder_options,
-                          expected_encoder=expected)  # fmt: skip
+    return DenseRetriever(
+        corpus, index, kind=kind, encoder=encoder, encoder_options=encoder_options, expected_encoder=expected
+    )
 
 
 def _from_file(path: Path, kind: IndexKind, params: dict[str, int], progress: bool) -> Any:
@@ -259,10 +260,12 @@ def _from_dir(
         index = read_index(index_file)
         check_same("faiss index type", index_file, index_kind(index), kind)
         return index
-    vectors: ShardedVectors = embed_corpus(corpus, encoder, directory / "vectors", shard_size=shard_size,
-                                           progress=progress)  # fmt: skip
-    index = add_vectors(new_index(kind, vectors.dim, **params), vectors.shards(), total=vectors.count,
-                        progress=progress)  # fmt: skip
+    vectors: ShardedVectors = embed_corpus(
+        corpus, encoder, directory / "vectors", shard_size=shard_size, progress=progress
+    )
+    index = add_vectors(
+        new_index(kind, vectors.dim, **params), vectors.shards(), total=vectors.count, progress=progress
+    )
     write_index(index, index_file)
     tmp = record_file.with_name(record_file.name + ".tmp")
     tmp.write_text(json.dumps(record, indent=1, sort_keys=True))

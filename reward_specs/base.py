@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, runtime_checkable
 from typing import Protocol as TypingProtocol
 
-from searchenv.reward_specs.text import split_response
-
 from searchenv.protocol import Protocol, get_protocol
+from searchenv.reward_specs.text import split_response
 
 __all__ = ["RewardResult", "RewardSpec", "Rollout"]
 

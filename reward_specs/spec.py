@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
+
 from searchenv.reward_specs.base import RewardResult, RewardSpec, Rollout
 from searchenv.reward_specs.metrics import (
     answer_in_passages,

@@ -27,9 +27,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from searchenv.reward_specs.text import strip_end_markers
-
 from searchenv.protocol import Protocol, get_protocol
+from searchenv.reward_specs.text import strip_end_markers
 
 __all__ = ["FormatCheck", "check_format", "find_garbled", "single_block"]
 

@@ -38,7 +38,32 @@ _EXPORTS = {
     "generate_world": "searchenv.world",
 }
 
-__all__ = ["ENV_ID", "__version__", *sorted(_EXPORTS)]
+__all__ = [
+    "ENV_ID",
+    "__version__",
+    "Corpus",
+    "Episode",
+    "EpisodeTokens",
+    "PROTOCOLS",
+    "Passage",
+    "Protocol",
+    "QAExample",
+    "Retriever",
+    "SearchQAEnv",
+    "SearchQAVectorEnv",
+    "Segment",
+    "StepResult",
+    "TokenizedEpisode",
+    "encode_prompt",
+    "generate_world",
+    "load_dataset",
+    "load_reward",
+    "make_retriever",
+    "parse_action",
+    "step_batch",
+    "step_batch_async",
+    "tokenize_episode",
+]
 
 if TYPE_CHECKING:
     from searchenv.data import load_dataset

@@ -46,8 +46,9 @@ def _as_answers(value: Any, where: str) -> tuple[str, ...]:
         answers = tuple(str(a) for a in value)
         if answers:
             return answers
-    raise ValueError(f"{where}: cannot read gold answers from {value!r}; expected a string, a list of strings "
-                     "or {'target': [...]}")
+    raise ValueError(
+        f"{where}: cannot read gold answers from {value!r}; expected a string, a list of strings or {{'target': [...]}}"
+    )
 
 
 def example_from_row(row: Mapping[str, Any], index: int = 0, data_source: str = "unknown") -> QAExample:
@@ -165,7 +166,9 @@ def load_dataset(
 
         examples = list(default_world().dataset(split))
     elif isinstance(dataset, str) and dataset in HUB_DATASETS:
-        examples = [example_from_row(r, i, data_source=dataset) for i, r in enumerate(_hub_rows(dataset, split, data_dir))]
+        examples = [
+            example_from_row(r, i, data_source=dataset) for i, r in enumerate(_hub_rows(dataset, split, data_dir))
+        ]
     elif isinstance(dataset, (str, os.PathLike)):
         path = Path(dataset)
         if not path.is_file():

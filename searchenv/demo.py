@@ -42,4 +42,3 @@ def run_demo(args: argparse.Namespace, make_env: Callable[[argparse.Namespace], 
     searches = sum(r.metrics["valid_searches"] for r in results) / len(results)
     print(f"\n{len(results)} episodes in {elapsed:.1f} s: mean reward {mean:.3f}, {searches:.2f} searches per episode")
     return 0
-

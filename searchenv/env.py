@@ -419,8 +419,11 @@ def _begin_all(envs: Sequence[SearchQAEnv], actions: Sequence[str]) -> list[_Pen
 
 
 def _record(
-    group: list[int], envs: Sequence[SearchQAEnv], outcome: list[list[Passage]] | BaseException,
-    found: dict[int, list[Passage]], errors: dict[int, str],
+    group: list[int],
+    envs: Sequence[SearchQAEnv],
+    outcome: list[list[Passage]] | BaseException,
+    found: dict[int, list[Passage]],
+    errors: dict[int, str],
 ) -> None:
     if isinstance(outcome, BaseException):
         if any(envs[i].on_retrieval_error == "raise" for i in group):

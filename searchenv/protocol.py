@@ -120,7 +120,13 @@ class Protocol:
         ``<answer>`` becomes ``‹answer›`` (single guillemets): a human and a model still read it, but no
         parser, stop string or reward sees a tag.
         """
+        if "<" not in text and not self._has_bare_tags:  # the common case: nothing tag-like to defuse
+            return text
         return self._tag_pattern.sub(lambda m: "‹" + m.group(0)[1:-1] + "›", text)
+
+    @cached_property
+    def _has_bare_tags(self) -> bool:
+        return any(not tag.startswith("<") for tag in self.all_tags)
 
     def format_passages(self, passages: Sequence[Passage]) -> str:
         """The information block for one search, with the surrounding whitespace Search-R1 uses."""

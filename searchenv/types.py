@@ -135,8 +135,7 @@ class Corpus(Sequence[Passage]):
     def to_jsonl(self, path: str | os.PathLike[str]) -> None:
         """Write the corpus in Search-R1's layout (``contents = '"Title"\\ntext'``)."""
         with Path(path).open("w", encoding="utf-8") as handle:
-            for p in self:
-                handle.write(json.dumps({"id": p.id, "contents": p.contents}, ensure_ascii=False) + "\n")
+            handle.writelines(json.dumps({"id": p.id, "contents": p.contents}, ensure_ascii=False) + "\n" for p in self)
 
     def passage(self, position: int, score: float = 0.0) -> Passage:
         return Passage(self.ids[position], self.titles[position], self.texts[position], float(score))

@@ -77,4 +77,3 @@ class SearchQAVectorEnv(VectorEnv):
 
     def render(self) -> tuple[str | None, ...]:
         return tuple(env.render() for env in self.envs)
-

@@ -13,9 +13,34 @@ from __future__ import annotations
 # A name is a "closed" syllable (onset + vowel + coda), then "open" ones (one consonant + one vowel), then
 # an ending: Brevondt = bre + vo + ndt. Open syllables keep names short and pronounceable.
 ONSETS = (
-    "b", "br", "d", "dr", "f", "g", "gr", "h", "k", "kr", "l", "m", "n", "p", "pr", "qu", "r", "s", "sk", "st",
-    "t", "th", "tr", "v", "vr", "w", "z",
-)  # fmt: skip
+    "b",
+    "br",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "k",
+    "kr",
+    "l",
+    "m",
+    "n",
+    "p",
+    "pr",
+    "qu",
+    "r",
+    "s",
+    "sk",
+    "st",
+    "t",
+    "th",
+    "tr",
+    "v",
+    "vr",
+    "w",
+    "z",
+)
 VOWELS = ("a", "e", "i", "o", "u", "a", "e", "o", "ae", "ei")
 CODAS = ("", "", "", "", "n", "r", "l", "s", "m", "th", "nd", "rn", "st")
 OPEN_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z")
@@ -57,18 +82,62 @@ ORG_KINDS = (
 SETTLEMENTS = ("town", "city", "port city", "market town", "river town", "hill town", "fortress town")
 REGION_KINDS = ("province", "duchy", "canton", "county", "march", "island province", "free state")
 OCCUPATIONS = (
-    "cartographer", "glassblower", "astronomer", "botanist", "composer", "shipwright", "mathematician",
-    "painter", "clockmaker", "physician", "poet", "architect", "linguist", "engraver", "chemist",
-    "navigator", "historian", "sculptor", "jurist", "printer",
-)  # fmt: skip
+    "cartographer",
+    "glassblower",
+    "astronomer",
+    "botanist",
+    "composer",
+    "shipwright",
+    "mathematician",
+    "painter",
+    "clockmaker",
+    "physician",
+    "poet",
+    "architect",
+    "linguist",
+    "engraver",
+    "chemist",
+    "navigator",
+    "historian",
+    "sculptor",
+    "jurist",
+    "printer",
+)
 GENRES = (
-    "novel", "epic poem", "treatise", "atlas", "chronicle", "song cycle", "play", "herbal", "star catalogue",
-    "travelogue", "book of essays",
-)  # fmt: skip
+    "novel",
+    "epic poem",
+    "treatise",
+    "atlas",
+    "chronicle",
+    "song cycle",
+    "play",
+    "herbal",
+    "star catalogue",
+    "travelogue",
+    "book of essays",
+)
 TITLE_NOUNS = (
-    "Lanterns", "Orchard", "Tides", "Bells", "Mirror", "Salt", "Winter", "Ferryman", "Compass", "Ashes",
-    "Harbour", "Loom", "Garden", "Lighthouse", "Falcon", "Ledger", "Glassmaker", "Weir", "Signal", "Threshold",
-)  # fmt: skip
+    "Lanterns",
+    "Orchard",
+    "Tides",
+    "Bells",
+    "Mirror",
+    "Salt",
+    "Winter",
+    "Ferryman",
+    "Compass",
+    "Ashes",
+    "Harbour",
+    "Loom",
+    "Garden",
+    "Lighthouse",
+    "Falcon",
+    "Ledger",
+    "Glassmaker",
+    "Weir",
+    "Signal",
+    "Threshold",
+)
 # Each pattern holds {word}, a pool word unique to the work, so titles are unique; the fixed parts differ
 # between patterns so two patterns never produce the same title.
 TITLE_PATTERNS = (
@@ -80,18 +149,64 @@ TITLE_PATTERNS = (
 )
 
 TOPICS = (
-    "tidal charts", "optics", "botany", "harmony", "navigation", "mineralogy", "perspective", "glassmaking",
-    "astronomy", "cartography", "metallurgy", "grammar", "hydraulics", "heraldry", "anatomy", "weaving",
-    "bell-founding", "calendars", "weights and measures", "bookbinding",
-)  # fmt: skip
+    "tidal charts",
+    "optics",
+    "botany",
+    "harmony",
+    "navigation",
+    "mineralogy",
+    "perspective",
+    "glassmaking",
+    "astronomy",
+    "cartography",
+    "metallurgy",
+    "grammar",
+    "hydraulics",
+    "heraldry",
+    "anatomy",
+    "weaving",
+    "bell-founding",
+    "calendars",
+    "weights and measures",
+    "bookbinding",
+)
 PRODUCTS = (
-    "woollen cloth", "salted fish", "amber", "wine", "cheese", "glassware", "timber", "honey", "lace", "copper",
-    "rope", "apples", "paper", "slate", "barley",
-)  # fmt: skip
+    "woollen cloth",
+    "salted fish",
+    "amber",
+    "wine",
+    "cheese",
+    "glassware",
+    "timber",
+    "honey",
+    "lace",
+    "copper",
+    "rope",
+    "apples",
+    "paper",
+    "slate",
+    "barley",
+)
 NOUNS = (
-    "lantern", "heron", "bell", "tower", "ship", "key", "wheel", "stag", "anchor", "crown", "lion", "star",
-    "swan", "falcon", "mill", "gate", "ring", "boar",
-)  # fmt: skip
+    "lantern",
+    "heron",
+    "bell",
+    "tower",
+    "ship",
+    "key",
+    "wheel",
+    "stag",
+    "anchor",
+    "crown",
+    "lion",
+    "star",
+    "swan",
+    "falcon",
+    "mill",
+    "gate",
+    "ring",
+    "boar",
+)
 COLOURS = ("grey", "silver", "golden", "crimson", "pale", "dark", "green", "white", "black", "blue", "amber")
 TRAITS = ("gentle", "stern", "restless", "patient", "witty", "reserved", "generous", "quarrelsome", "shy")
 

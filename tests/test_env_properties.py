@@ -6,11 +6,10 @@ import tracemalloc
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from toyworld import CORPUS, QUESTIONS
 
 from searchenv import SearchQAEnv
 from searchenv.retrievers.random_retriever import RandomRetriever
-
-from toyworld import CORPUS, QUESTIONS
 
 TAGS = ["<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>", "<information>", "</information>"]
 fragments = st.one_of(st.text(max_size=40), st.sampled_from(TAGS), st.sampled_from(["\n", " ", "\x00", "\ud7ff", "🙂"]))
@@ -39,7 +38,9 @@ def test_any_text_ends_within_budget_without_errors(turns, index):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(["<search>", "</search>", "<answer>", "</answer>", "x", " "]), max_size=20).map("".join))
+@given(
+    st.lists(st.sampled_from(["<search>", "</search>", "<answer>", "</answer>", "x", " "]), max_size=20).map("".join)
+)
 def test_unbalanced_and_nested_tags(action):
     ENV.reset(options={"index": 0})
     obs, reward, terminated, truncated, info = ENV.step(action)

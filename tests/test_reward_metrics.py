@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from searchenv.reward_specs.metrics import (
     answer_in_passages,
     cover_exact_match,

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from searchenv.reward_specs import REWARD_SPECS, RewardResult, Rollout, load_reward
-from searchenv.reward_specs.answerers import lexical_overlap
 
 from searchenv.protocol import PROTOCOLS
+from searchenv.reward_specs import REWARD_SPECS, RewardResult, Rollout, load_reward
+from searchenv.reward_specs.answerers import lexical_overlap
 
 LEXICAL = "searchenv.reward_specs.answerers:lexical_overlap"
 GOLDS = ["Paris"]

@@ -237,7 +237,8 @@ def test_worker_processes_serve_one_index(engine: RandomRetriever) -> None:
 
 
 def test_bm25_engine_over_http_matches_in_process() -> None:
-    bm25 = pytest.importorskip("searchenv.retrievers.bm25")
+    from searchenv.retrievers import bm25
+
     corpus = Corpus.from_jsonl(CORPUS_PATH)
     engine = bm25.BM25Retriever(corpus, show_progress=False)
     questions = [json.loads(line)["question"] for line in (DATA / "qa" / "hotpotqa_100.jsonl").open()][:20]

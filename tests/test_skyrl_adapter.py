@@ -9,13 +9,13 @@ import pytest
 skyrl_gym = pytest.importorskip("skyrl_gym")
 
 from omegaconf import DictConfig
-from searchenv.adapters.skyrl import ENV_ID, SearchQASkyRLEnv, register_skyrl_env
-from searchenv.adapters.verl_data import search_r1_row
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.search.utils import compute_score as skyrl_search_score
 from skyrl_gym.metrics import aggregate_for_environment
 
 from searchenv import EpisodeTokens
+from searchenv.adapters.skyrl import ENV_ID, SearchQASkyRLEnv, register_skyrl_env
+from searchenv.adapters.verl_data import search_r1_row
 from searchenv.data import load_dataset
 from searchenv.protocol import PROTOCOLS
 

@@ -44,9 +44,27 @@ def read_rows(path) -> list[dict[str, str]]:
 
 def test_study_writes_table_and_plot_and_reuses_its_indexes(small_setup, capsys):
     root, dataset = small_setup
-    args = ["study", "--dataset", str(dataset), "--corpus", str(root / "corpus.jsonl"), "--engines", ",".join(ENGINES),
-            "--k", "5,1,3", "--output", str(root / "out"), "--encoder", "minilm", "--limit", "12",
-            "--index-root", str(root / "indexes"), "--latency-queries", "3"]  # fmt: skip
+    args = [
+        "study",
+        "--dataset",
+        str(dataset),
+        "--corpus",
+        str(root / "corpus.jsonl"),
+        "--engines",
+        ",".join(ENGINES),
+        "--k",
+        "5,1,3",
+        "--output",
+        str(root / "out"),
+        "--encoder",
+        "minilm",
+        "--limit",
+        "12",
+        "--index-root",
+        str(root / "indexes"),
+        "--latency-queries",
+        "3",
+    ]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert all(engine in printed for engine in ENGINES) and "R@3=" in printed
@@ -90,9 +108,23 @@ def test_study_arguments_are_checked(small_setup, capsys):
 
 
 def test_study_on_the_generated_world(tmp_path):
-    pytest.importorskip("searchenv.world", reason="searchenv.world is written by another helper")
-    args = ["study", "--dataset", "world", "--engines", "random,bm25", "--k", "1,3", "--limit", "30",
-            "--output", str(tmp_path / "out"), "--index-root", str(tmp_path / "idx"), "--latency-queries", "2"]  # fmt: skip
+    args = [
+        "study",
+        "--dataset",
+        "world",
+        "--engines",
+        "random,bm25",
+        "--k",
+        "1,3",
+        "--limit",
+        "30",
+        "--output",
+        str(tmp_path / "out"),
+        "--index-root",
+        str(tmp_path / "idx"),
+        "--latency-queries",
+        "2",
+    ]
     assert main(args) == 0
     recall = {(r["engine"], int(r["k"])): float(r["recall"]) for r in read_rows(tmp_path / "out" / "study.csv")}
     assert recall["bm25", 3] > recall["random", 3]

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from toyworld import QUESTIONS, ScriptedRetriever
 
 from searchenv import EpisodeTokens, SearchQAEnv, TokenizedEpisode, encode_prompt, tokenize_episode
 from searchenv.tokenization import cut_at_action_end
-
-from toyworld import QUESTIONS, ScriptedRetriever
 
 
 @pytest.fixture()

@@ -20,9 +20,6 @@ pytest.importorskip("verl.experimental.agent_loop")
 import hydra
 import pyarrow.parquet as pq
 from omegaconf import OmegaConf
-from searchenv.adapters.verl import SearchEnvAgentLoop, compute_score
-from searchenv.adapters.verl_data import AGENT_NAME, add_parser, episode_env, row_example
-from searchenv.adapters.verl_data import main as verl_data_main
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopOutput,
     DictConfigWrap,
@@ -31,6 +28,10 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 from verl.workers.rollout.replica import TokenOutput
+
+from searchenv.adapters.verl import SearchEnvAgentLoop, compute_score
+from searchenv.adapters.verl_data import AGENT_NAME, add_parser, episode_env, row_example
+from searchenv.adapters.verl_data import main as verl_data_main
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT_YAML = REPO / "adapters" / "verl_configs" / "agent_loop.yaml"
