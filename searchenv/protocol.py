@@ -29,6 +29,17 @@ _SEARCH_R1_PROMPT = (
     "</answer>, with no explanation, for example <answer> Paris </answer>. Question: {question}\n"
 )
 
+# One worked example instead of instructions: tiny instruct models (SmolLM2-135M) never wrote a tag in 16
+# samples from the instruction above, but copy the example's shape; short, since prompt tokens dominate CPU time.
+_SEARCH_R1_FEWSHOT_PROMPT = (
+    "Answer the question. Think inside <think> </think>, search with <search> query </search> (results come "
+    "back inside <information> </information>) and give the final answer inside <answer> </answer>.\n\n"
+    "Question: Who founded Orvane Abbey?\n<think> I do not know, I should search. </think>\n"
+    "<search> Orvane Abbey founder </search>\n\n<information>Doc 1(Title: Orvane Abbey) Orvane Abbey was founded "
+    "by Tesk Mallor in 1210.\n</information>\n\n<think> The passage says Tesk Mallor. </think>\n"
+    "<answer> Tesk Mallor </answer>\n\nQuestion: {question}\n"
+)
+
 _R1_SEARCHER_PROMPT = (
     "Answer the question below. Reason step by step inside <think> and </think>. When you need facts you do "
     "not have, write a query as <|begin_of_query|> your query <|end_of_query|>; the retrieved documents "
@@ -146,6 +157,7 @@ class Protocol:
 
 PROTOCOLS: dict[str, Protocol] = {
     "search-r1": Protocol(name="search-r1"),
+    "search-r1-fewshot": Protocol(name="search-r1-fewshot", prompt_template=_SEARCH_R1_FEWSHOT_PROMPT),
     "r1-searcher": Protocol(
         name="r1-searcher",
         search_tags=("<|begin_of_query|>", "<|end_of_query|>"),

@@ -306,3 +306,10 @@ def test_truncate_scores_an_unfinished_episode():
     assert reward == env.episode.reward == 0.0
     with pytest.raises(RuntimeError, match="ended"):
         env.unwrapped.truncate()
+
+
+def test_fewshot_protocol_shows_one_worked_example_with_the_same_tags():
+    env = make_env(protocol="search-r1-fewshot")
+    prompt, info = env.reset(options={"index": 0})
+    assert "<search> Orvane Abbey founder </search>" in prompt and prompt.endswith(f"Question: {info['question']}\n")
+    assert env.step("<search> founder </search>")[4]["action"] == "search"
