@@ -36,6 +36,7 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from searchenv.adapters.verl_data import AGENT_NAME, PROMPT_MODES, choose_conversation, episode_env, plain, row_example
+from searchenv.data import golden_answers
 from searchenv.env import SearchQAEnv, step_batch_async
 from searchenv.reward_specs import load_reward
 from searchenv.reward_specs.base import Rollout
@@ -172,17 +173,6 @@ def _reward_spec(name: str) -> Any:
     return load_reward(name)
 
 
-def _golden_answers(ground_truth: Any) -> str | list[str]:
-    value = plain(ground_truth)
-    if isinstance(value, Mapping):
-        value = value.get("target")
-    if not value or not (isinstance(value, str) or all(isinstance(v, str) for v in value)):
-        raise ValueError(
-            f"ground_truth must be a string, a list of strings or {{'target': [...]}}, got {ground_truth!r}"
-        )
-    return value
-
-
 def compute_score(
     data_source: str,
     solution_str: str,
@@ -207,7 +197,7 @@ def compute_score(
     """
     rollout = Rollout.from_text(
         solution_str,
-        _golden_answers(ground_truth),
+        golden_answers(plain(ground_truth)),
         protocol=protocol,
         question=str((plain(extra_info) or {}).get("question") or ""),
     )

@@ -16,7 +16,7 @@ from typing import Any
 
 from searchenv.types import QAExample
 
-__all__ = ["HUB_DATASETS", "HUB_REPO", "example_from_row", "load_dataset"]
+__all__ = ["HUB_DATASETS", "HUB_REPO", "example_from_row", "golden_answers", "load_dataset"]
 
 #: The hub collection that holds the papers' QA sets (FlashRAG's jsonl layout: ``<name>/<split>.jsonl``).
 HUB_REPO = "RUC-NLPIR/FlashRAG_datasets"
@@ -35,9 +35,10 @@ HUB_DATASETS: dict[str, tuple[str, ...]] = {
 _ANSWER_KEYS = ("golden_answers", "answers", "answer", "target")
 
 
-def _as_answers(value: Any, where: str) -> tuple[str, ...]:
-    if isinstance(value, Mapping) and "target" in value:  # Search-R1: {"target": [...]}
-        value = value["target"]
+def golden_answers(value: Any, where: str = "ground_truth") -> tuple[str, ...]:
+    """Gold answers from any layout: a string, a list of strings, or Search-R1's ``{"target": [...]}``."""
+    if isinstance(value, Mapping):  # Search-R1: {"target": [...]}; any other mapping is not a list of answers
+        value = value.get("target")
     if isinstance(value, str):
         return (value,)
     if hasattr(value, "tolist"):  # numpy arrays out of parquet
@@ -63,7 +64,7 @@ def example_from_row(row: Mapping[str, Any], index: int = 0, data_source: str = 
         raise ValueError(f"{where}: expected a mapping, got {type(row).__name__}")
     extra = row.get("extra_info") or {}
     if "reward_model" in row:  # Search-R1 / veRL layout
-        answers = _as_answers((row["reward_model"] or {}).get("ground_truth"), where)
+        answers = golden_answers((row["reward_model"] or {}).get("ground_truth"), where)
         question = extra.get("question") or _question_from_prompt(row.get("prompt"), where)
     else:
         key = next((k for k in _ANSWER_KEYS if k in row), None)
@@ -72,7 +73,7 @@ def example_from_row(row: Mapping[str, Any], index: int = 0, data_source: str = 
                 f"{where}: a QA row needs 'question' and one of {list(_ANSWER_KEYS)} (FlashRAG layout) or "
                 f"'prompt' and 'reward_model' (Search-R1/veRL layout); got keys {sorted(row)}"
             )
-        answers = _as_answers(row[key], where)
+        answers = golden_answers(row[key], where)
         question = row["question"]
     return QAExample(
         id=str(row.get("id", extra.get("index", index))),

@@ -51,6 +51,7 @@ def test_list_of_dicts_and_aliases():
         ({"question": "q?", "golden_answers": 3}, "cannot read gold answers"),
         ({"question": "  ", "golden_answers": ["a"]}, "non-empty"),
         ({"question": "q?", "golden_answers": []}, "cannot read gold answers"),
+        ({"question": "q?", "golden_answers": {"answers": ["a"]}}, "cannot read gold answers"),
         (["not", "a", "dict"], "expected a mapping"),
     ],
 )
