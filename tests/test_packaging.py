@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -16,6 +17,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_wheel_in_clean_virtualenv(tmp_path):
+    # Build from a copy of the tracked sources: a stale build/ folder in the checkout must not leak into the wheel.
+    tracked = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    source = tmp_path / "source"
+    for name in tracked:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, source / name)
     wheel_dir = tmp_path / "wheel"
     subprocess.run(
         [
@@ -28,7 +41,7 @@ def test_wheel_in_clean_virtualenv(tmp_path):
             "-q",
             "-w",
             str(wheel_dir),
-            str(REPO),
+            str(source),
         ],
         check=True,
         timeout=300,
