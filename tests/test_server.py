@@ -219,6 +219,16 @@ def test_cli_arguments_default_to_loopback_and_reject_missing_corpus(tmp_path: P
         parser.parse_args(["serve", "--corpus", str(CORPUS_PATH), "--option", "noequals"])
 
 
+def _post_when_loaded(client: httpx.Client, body: dict, deadline_s: float = 60.0) -> httpx.Response:
+    """POST like a well-behaved client: a worker that is still loading answers 503 + Retry-After; wait and retry."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        response = client.post("/retrieve", json=body)
+        if response.status_code != 503 or time.monotonic() > deadline:
+            return response
+        time.sleep(float(response.headers.get("Retry-After", "0.2")) / 5)
+
+
 def test_worker_processes_serve_one_index(engine: RandomRetriever) -> None:
     process, base = spawn_server(
         ["--retriever", "random", "--corpus", str(CORPUS_PATH), "--option", "seed=7", "--workers", "2"]
@@ -228,7 +238,7 @@ def test_worker_processes_serve_one_index(engine: RandomRetriever) -> None:
         expected = [[{"id": p.id, "contents": p.contents} for p in hits] for hits in engine.search(queries, 3)]
         for _ in range(6):  # fresh connections land on either worker; all must answer identically
             with httpx.Client(base_url=base, timeout=10) as client:
-                assert client.post("/retrieve", json={"queries": queries}).json() == {"result": expected}
+                assert _post_when_loaded(client, {"queries": queries}).json() == {"result": expected}
                 assert client.post("/retrieve", content=b'{"queries": [1]}').status_code == 422
         assert process.poll() is None
     finally:
