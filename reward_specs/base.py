@@ -1,21 +1,32 @@
 """The reward contract: what a reward spec reads (:class:`Rollout`) and what it returns (:class:`RewardResult`).
 
-A rollout is built either from a live episode (the environment knows exactly which passages it
-retrieved) or from a finished response text (veRL's ``compute_score`` and TRL's reward functions only see
-text). Both paths give the same fields, so one spec serves every trainer.
+A rollout carries the episode's :class:`~searchenv.transcript.Facts` — the accepted answer, the searches that
+ran, the text the model was shown — and nothing else a reward could re-read differently. It is built from a
+live episode (:meth:`Rollout.from_episode`), from the environment's authored pieces
+(:meth:`Rollout.from_segments`), or from a bare response string (:meth:`Rollout.from_text`) for trainers that
+hold only text. All three read the transcript with the same parser and the same rules, so they agree by
+construction; only the bare-text path has to be told whether to believe that ``<information>`` blocks were
+inserted by the environment (see ``docs/rewards.md``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, runtime_checkable
+from typing import TYPE_CHECKING, Any, runtime_checkable
 from typing import Protocol as TypingProtocol
 
 from searchenv.protocol import Protocol, get_protocol
-from searchenv.reward_specs.text import split_response
+from searchenv.transcript import Facts, Turn, facts, turns_from_segments, turns_from_text
+
+if TYPE_CHECKING:
+    from searchenv.episode import Episode
 
 __all__ = ["RewardResult", "RewardSpec", "Rollout"]
+
+
+def _golds(golden_answers: str | Iterable[str]) -> tuple[str, ...]:
+    return (golden_answers,) if isinstance(golden_answers, str) else tuple(str(g) for g in golden_answers)
 
 
 @dataclass(frozen=True)
@@ -25,23 +36,90 @@ class Rollout:
     Attributes:
         question: the question (without the instruction template).
         golden_answers: accepted answers.
-        response: the full response after the prompt: model turns and inserted environment blocks, in order.
-        model_text: only the model-authored turns, concatenated. Answers are read from here, never from
-            retrieved text or the prompt.
-        retrieved_texts: the text of every passage inserted during the episode.
-        num_searches: searches actually executed.
         protocol: tag set in force.
+        facts: what the episode's turns establish (prediction, searches, shown text, accepted text).
+        turns: the turns themselves, for specs that need more than the facts.
         extras: anything else a spec may use (e.g. an evidence answerer's output cache).
     """
 
     question: str
     golden_answers: tuple[str, ...]
-    response: str
-    model_text: str
-    retrieved_texts: tuple[str, ...]
-    num_searches: int
     protocol: Protocol
+    facts: Facts
+    turns: tuple[Turn, ...] = ()
     extras: Mapping[str, Any] = field(default_factory=dict)
+
+    # -- the facts under the names specs use -------------------------------------------------------------
+    @property
+    def prediction(self) -> str | None:
+        """The accepted answer of the final action, or ``None``."""
+        return self.facts.prediction
+
+    @property
+    def response(self) -> str:
+        """The accepted transcript after the prompt: model actions and inserted blocks, in order."""
+        return self.facts.response
+
+    @property
+    def model_text(self) -> str:
+        """The model's accepted actions only; evidence blocks are read from here."""
+        return self.facts.model_text
+
+    @property
+    def retrieved_texts(self) -> tuple[str, ...]:
+        """The information blocks shown after executed searches, as the model saw them (clipped)."""
+        return self.facts.shown_texts
+
+    @property
+    def num_searches(self) -> int:
+        """Searches that ran and were shown; failed or skipped ones do not count."""
+        return self.facts.num_searches
+
+    # -- construction ----------------------------------------------------------------------------------------
+    @classmethod
+    def from_turns(
+        cls,
+        turns: Sequence[Turn],
+        golden_answers: str | Iterable[str],
+        protocol: str | Protocol = "search-r1",
+        question: str = "",
+        extras: Mapping[str, Any] | None = None,
+        *,
+        credit_searches: bool = True,
+    ) -> Rollout:
+        proto = get_protocol(protocol)
+        return cls(
+            question=question,
+            golden_answers=_golds(golden_answers),
+            protocol=proto,
+            facts=facts(turns, proto, credit_searches=credit_searches),
+            turns=tuple(turns),
+            extras=dict(extras or {}),
+        )
+
+    @classmethod
+    def from_episode(cls, episode: Episode, extras: Mapping[str, Any] | None = None) -> Rollout:
+        """The environment path: the episode's own turns."""
+        return cls.from_turns(
+            episode.turns, episode.example.golden_answers, episode.protocol, episode.example.question, extras
+        )
+
+    @classmethod
+    def from_segments(
+        cls,
+        segments: Iterable[tuple[str, str]],
+        golden_answers: str | Iterable[str],
+        protocol: str | Protocol = "search-r1",
+        question: str = "",
+        extras: Mapping[str, Any] | None = None,
+    ) -> Rollout:
+        """The text path with authorship known: ``(author, text)`` pieces, ``author`` ``"model"`` or ``"env"``.
+
+        Pieces come from ``episode.segments``, or from a token loss mask decoded run by run (mask 1 = model).
+        Searches and retrieved text are credited exactly as the environment credited them.
+        """
+        proto = get_protocol(protocol)
+        return cls.from_turns(turns_from_segments(segments, proto), golden_answers, proto, question, extras)
 
     @classmethod
     def from_text(
@@ -51,31 +129,54 @@ class Rollout:
         protocol: str | Protocol = "search-r1",
         question: str = "",
         extras: Mapping[str, Any] | None = None,
+        *,
+        env_spans: Sequence[tuple[int, int]] | None = None,
+        trust_transcript: bool = False,
     ) -> Rollout:
-        """Build a rollout from a response string, for trainers that only hand the reward text.
+        """The text path: a response string as veRL's ``compute_score`` and TRL's reward functions receive it.
 
-        ``response`` is everything after the prompt (model turns and inserted information blocks, in order),
-        as veRL's ``compute_score`` and TRL's reward functions receive it. Information blocks that directly
-        follow a search are taken as inserted and counted as executed searches; any other information block
-        was written by the model and stays model text (see
-        :func:`searchenv.reward_specs.text.split_response`). ``golden_answers`` may be one string or any
-        iterable of them (a list, a tuple, a numpy array from a parquet file).
+        Args:
+            response: everything after the prompt (model turns and inserted blocks, in order).
+            golden_answers: one string or any iterable of them (a list, a numpy array from a parquet file).
+            env_spans: ``(start, end)`` character spans of the text the environment inserted. With them the
+                transcript is read exactly as the environment read it (:meth:`from_segments`).
+            trust_transcript: without spans, text cannot say who wrote an ``<information>`` block — a model can
+                write ``<search>q</search><information>…gold…</information>`` itself. By default such a
+                transcript earns no search and no retrieval hit (the prediction is still the accepted answer,
+                found by the environment's rule); pass ``True`` only for transcripts you know the environment
+                produced.
         """
-        proto = get_protocol(protocol)
         if not isinstance(response, str):
             raise TypeError(f"response must be a str, got {type(response).__name__}; decode token ids first")
-        golds = (golden_answers,) if isinstance(golden_answers, str) else tuple(str(g) for g in golden_answers)
-        split = split_response(response, proto)
-        return cls(
-            question=question,
-            golden_answers=golds,
-            response=response,
-            model_text=split.model_text,
-            retrieved_texts=split.retrieved_texts,
-            num_searches=split.num_searches,
-            protocol=proto,
-            extras=dict(extras or {}),
+        proto = get_protocol(protocol)
+        if env_spans is not None:
+            return cls.from_segments(_split_at_spans(response, env_spans), golden_answers, proto, question, extras)
+        return cls.from_turns(
+            turns_from_text(response, proto),
+            golden_answers,
+            proto,
+            question,
+            extras,
+            credit_searches=trust_transcript,
         )
+
+
+def _split_at_spans(response: str, env_spans: Sequence[tuple[int, int]]) -> list[tuple[str, str]]:
+    """``(author, text)`` pieces of ``response`` given the environment's character spans."""
+    pieces: list[tuple[str, str]] = []
+    pos = 0
+    for start, end in env_spans:
+        if not 0 <= pos <= start <= end <= len(response):
+            raise ValueError(
+                f"env_spans must be sorted, non-overlapping (start, end) offsets in the response; got {(start, end)}"
+            )
+        if start > pos or not pieces:
+            pieces.append(("model", response[pos:start]))
+        pieces.append(("env", response[start:end]))
+        pos = end
+    if pos < len(response) or not pieces:
+        pieces.append(("model", response[pos:]))
+    return pieces
 
 
 @dataclass(frozen=True)

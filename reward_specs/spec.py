@@ -1,6 +1,7 @@
 """Declarative reward specs: a small YAML file names a formula and its parameters; :func:`load_reward` builds it.
 
-Formulas (SPEC §4; every one reads the prediction from the final answer tag of the *model's* text only):
+Formulas (the study's eq. 3/4, Search-R1, R1-Searcher and R-Search; every one reads the prediction the episode
+accepted — the answer tag of the final action — never text the environment inserted or the model wrote after it):
 
 ========================  ===========================================================================  ===============
 formula                   reward                                                                        range
@@ -45,7 +46,7 @@ from searchenv.reward_specs.metrics import (
     exact_match,
     f1_score,
 )
-from searchenv.reward_specs.text import last_block
+from searchenv.reward_specs.text import block_content
 from searchenv.reward_specs.wellformed import check_format, single_block
 
 __all__ = ["FORMULAS", "METRICS", "REWARD_SPECS", "Answerer", "RewardSpecError", "load_reward"]
@@ -96,7 +97,7 @@ class _Measured:
 
 
 def _measure(rollout: Rollout) -> _Measured:
-    prediction = last_block(rollout.model_text, rollout.protocol.answer_tags)
+    prediction = rollout.prediction
     golds = rollout.golden_answers
     return _Measured(
         prediction=prediction,
@@ -324,7 +325,7 @@ class RSearchReward(_Formula):
                 f"rollout uses {rollout.protocol.name!r}"
             )
         measured = _measure(rollout)
-        evidence = last_block(rollout.model_text, tags)
+        evidence = block_content(rollout.model_text, tags)
         if "evidence_answer" in rollout.extras:
             evidence_answer = rollout.extras["evidence_answer"]
         elif evidence:

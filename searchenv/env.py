@@ -9,20 +9,21 @@ which serves every pending search of the batch with a single ``Retriever.search`
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import functools
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import gymnasium as gym
 
 from searchenv.data import example_from_row, load_dataset
-from searchenv.episode import Episode, Segment
-from searchenv.protocol import ParsedAction, Protocol, get_protocol, parse_action
+from searchenv.episode import Episode
+from searchenv.protocol import Protocol, get_protocol, parse_action
+from searchenv.reward_specs.base import RewardResult, Rollout
 from searchenv.spaces import UnicodeText
+from searchenv.stepping import StepOutcome, StepPlan, StepResult, step_batch, step_batch_async
+from searchenv.transcript import Turn
 from searchenv.types import Corpus, Passage, QAExample, Retriever
 
 __all__ = ["SearchQAEnv", "StepResult", "step_batch", "step_batch_async"]
@@ -30,26 +31,6 @@ __all__ = ["SearchQAEnv", "StepResult", "step_batch", "step_batch_async"]
 Budget = Literal["actions", "extra-answer-turn"]
 _BUDGETS: tuple[str, ...] = ("actions", "extra-answer-turn")
 RetrievalErrorPolicy = Literal["observe", "raise"]
-
-
-class StepResult(NamedTuple):
-    """The Gymnasium step 5-tuple."""
-
-    observation: str
-    reward: float
-    terminated: bool
-    truncated: bool
-    info: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class _Pending:
-    """An action parsed and counted, waiting for its search results (if it searches)."""
-
-    parsed: ParsedAction
-    query: str | None  # set when a search must be executed
-    final: bool  # the action budget ends with this action
-    info: dict[str, Any]
 
 
 # -- shared resources ---------------------------------------------------------------------------------
@@ -121,7 +102,9 @@ def _clip_passages(passages: Sequence[Passage], max_words: int | None) -> tuple[
             break
         words = p.text.split()
         if len(words) > budget:
-            p = Passage(p.id, p.title, " ".join(words[:budget]) + " …", p.score)
+            text = " ".join(words[:budget]) + " …"
+            stored = None if p.stored_contents is None else f"{p.stored_title_and_text()[0]}\n{text}"
+            p = Passage(p.id, p.title, text, p.score, stored)
             clipped = True
         kept.append(p)
         budget -= len(words)
@@ -276,61 +259,71 @@ class SearchQAEnv(gym.Env[str, str]):
             return None
         return text
 
-    # -- the two halves of a step, split so that a batch shares one search call -------------------------
-    def _begin_step(self, action: str) -> _Pending:
+    # -- one step in three phases, so that a batch validates everything, then searches once, then commits ------
+    def _plan(self, action: str) -> StepPlan:
+        """Read one action without changing anything: raises on misuse, before any episode of a batch moves."""
         episode = self.episode
         if episode.done:
             raise RuntimeError("the episode has ended; call reset() before step()")
         if not isinstance(action, str):
             raise TypeError(f"an action is the text the model generated (str), got {type(action).__name__}")
-        episode.num_actions += 1
-        final = episode.num_actions >= self.action_limit
+        number = episode.num_actions + 1
+        final = number >= self.action_limit
         parsed = parse_action(action, self.protocol)
-        if parsed.kind == "search" and not parsed.content:
-            parsed = ParsedAction("invalid", None, parsed.kept, parsed.dropped)  # "<search></search>" asks nothing
-        episode.segments.append(Segment("model", parsed.kept))
-        info: dict[str, Any] = {"action": parsed.kind, "query": None, "passage_ids": [], "dropped_text": parsed.dropped}
         query = None
         if parsed.kind == "search":
-            query = parsed.content[: self.max_query_chars]  # type: ignore[index]
-            info["query"] = query
-            info["query_clipped"] = len(parsed.content) > self.max_query_chars  # type: ignore[arg-type]
-            can_search = not final and not (self.budget == "extra-answer-turn" and episode.num_actions > self.max_turns)
-            if not can_search:
-                info["search_skipped"] = "action budget exhausted"
-                query = None
-        return _Pending(parsed, query, final, info)
+            may_search = not final and not (self.budget == "extra-answer-turn" and number > self.max_turns)
+            query = parsed.content[: self.max_query_chars] if may_search else None  # type: ignore[index]
+        return StepPlan(parsed, query, final)
 
-    def _end_step(self, pending: _Pending, passages: list[Passage] | None, error: str | None) -> StepResult:
-        episode, parsed, info = self.episode, pending.parsed, pending.info
-        observation = ""
-        if parsed.kind == "answer":
-            episode.prediction = parsed.content
-            episode.terminated = True
-        elif pending.query is not None:
-            if error is not None:
-                info["retrieval_error"] = error
-                observation = self.protocol.format_error(error)
-                episode.retrieved.append([])
+    def _outcome(self, plan: StepPlan, passages: list[Passage] | None, error: str | None) -> StepOutcome:
+        """What the step does to the episode — its new turn, observation, reward and info — not yet applied."""
+        episode, parsed = self.episode, plan.parsed
+        info: dict[str, Any] = {"action": parsed.kind, "query": None, "passage_ids": [], "dropped_text": parsed.dropped}
+        if parsed.kind == "search":
+            info["query"] = parsed.content[: self.max_query_chars]  # type: ignore[index]
+            info["query_clipped"] = len(parsed.content) > self.max_query_chars  # type: ignore[arg-type]
+        if plan.query is None:
+            if parsed.kind == "search":
+                info["search_skipped"] = "action budget exhausted"
+                turn = Turn(parsed, search="skipped")
             else:
-                shown, clipped = _clip_passages(passages or [], self.max_information_words)
-                episode.retrieved.append(list(passages or []))
-                episode.num_searches += 1
-                info["passage_ids"] = [p.id for p in shown]
-                info["information_clipped"] = clipped
-                observation = self.protocol.format_passages(shown)
-        elif parsed.kind == "invalid":
-            episode.num_invalid += 1
-            observation = self.invalid_hint
-        if not episode.terminated and pending.final:
-            episode.truncated = True
-        if episode.done:
-            return self._close(info)
-        if observation:
-            episode.segments.append(Segment("env", observation))
-        info["num_searches"] = episode.num_searches
-        info["num_actions"] = episode.num_actions
-        return StepResult(observation, 0.0, False, False, info)
+                turn = Turn(parsed, "" if parsed.kind == "answer" else self.invalid_hint)
+        elif error is not None:
+            info["retrieval_error"] = error
+            turn = Turn(parsed, self.protocol.format_error(), search="failed", error=error)
+        else:
+            found = tuple(passages or ())
+            shown, clipped = _clip_passages(found, self.max_information_words)
+            info["passage_ids"] = [p.id for p in shown]
+            info["information_clipped"] = clipped
+            turn = Turn(parsed, self.protocol.format_passages(shown), "executed", found, tuple(p.id for p in shown))
+        truncated = plan.final and parsed.kind != "answer"
+        if parsed.kind == "answer" or truncated:
+            turn = Turn(turn.action, "", turn.search, turn.passages, turn.shown_ids, turn.error)
+            turns = [*episode.turns, turn]
+            rollout = Rollout.from_turns(turns, episode.example.golden_answers, self.protocol, episode.example.question)
+            result = self.reward_spec(rollout)
+            return StepOutcome(turn, truncated, result, info)
+        return StepOutcome(turn, False, None, info)
+
+    def _commit(self, outcome: StepOutcome) -> StepResult:
+        """Apply a step's outcome to the episode and build the Gymnasium step tuple from the episode."""
+        episode = self.episode
+        episode.turns.append(outcome.turn)
+        episode.truncated = outcome.truncated
+        return self._step_result(outcome.info, outcome.reward)
+
+    def _step_result(self, info: dict[str, Any], reward: RewardResult | None) -> StepResult:
+        episode = self.episode
+        record = episode.facts
+        info["num_searches"] = record.num_searches
+        info["num_actions"] = record.num_actions
+        if reward is None:
+            return StepResult(episode.turns[-1].observation, 0.0, False, False, info)
+        episode.reward, episode.reward_parts = float(reward.reward), dict(reward.parts)
+        info.update(prediction=record.prediction, reward_parts=dict(reward.parts), episode=episode.metrics())
+        return StepResult("", episode.reward, episode.terminated, episode.truncated, info)
 
     def truncate(self) -> StepResult:
         """End the running episode as truncated and score it.
@@ -339,141 +332,9 @@ class SearchQAEnv(gym.Env[str, str]):
         budget: the episode gets its terminal reward like any other, so every sample of a batch carries a
         reward and the same parts.
         """
-        if self.episode.done:
+        episode = self.episode
+        if episode.done:
             raise RuntimeError("the episode has already ended")
-        self.episode.truncated = True
-        return self._close({"action": None, "query": None, "passage_ids": [], "dropped_text": ""})
-
-    def _close(self, info: dict[str, Any]) -> StepResult:
-        """Score the finished episode and fill the terminal step's info."""
-        episode = self.episode
-        result = self.reward_spec(self._rollout())
-        episode.reward, episode.reward_parts = float(result.reward), dict(result.parts)
-        info.update(
-            prediction=episode.prediction,
-            reward_parts=dict(result.parts),
-            episode=episode.metrics(),
-            num_searches=episode.num_searches,
-            num_actions=episode.num_actions,
-        )
-        return StepResult("", episode.reward, episode.terminated, episode.truncated, info)
-
-    def _rollout(self) -> Any:
-        from searchenv.reward_specs.base import Rollout
-
-        episode = self.episode
-        return Rollout(
-            question=episode.example.question,
-            golden_answers=episode.example.golden_answers,
-            response=episode.response_text,
-            model_text=episode.model_text,
-            retrieved_texts=tuple(p.contents for hits in episode.retrieved for p in hits),  # titles were shown too
-            num_searches=episode.num_searches,
-            protocol=self.protocol,
-        )
-
-
-# -- batched stepping ---------------------------------------------------------------------------------
-
-
-def _group_searches(envs: Sequence[SearchQAEnv], pendings: Sequence[_Pending]) -> dict[tuple[int, int], list[int]]:
-    """Indices of episodes that search, grouped by (retriever, k) so each group is one engine call."""
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, (env, pending) in enumerate(zip(envs, pendings)):
-        if pending.query is not None:
-            groups.setdefault((id(env.retriever), env.topk), []).append(i)
-    return groups
-
-
-def _check_results(results: Any, n: int, retriever: Retriever) -> list[list[Passage]]:
-    if not isinstance(results, list) or len(results) != n:
-        raise RuntimeError(
-            f"{type(retriever).__name__}.search returned {type(results).__name__} of length "
-            f"{len(results) if hasattr(results, '__len__') else '?'} for {n} queries; it must return one list per query"
-        )
-    return results
-
-
-def _finish(
-    envs: Sequence[SearchQAEnv],
-    pendings: Sequence[_Pending],
-    found: dict[int, list[Passage]],
-    errors: dict[int, str],
-) -> list[StepResult]:
-    return [env._end_step(p, found.get(i), errors.get(i)) for i, (env, p) in enumerate(zip(envs, pendings))]
-
-
-def _unwrap(envs: Sequence[Any]) -> list[SearchQAEnv]:
-    """Accept wrapped environments (``gym.make`` adds checkers) as well as bare ones."""
-    unwrapped = [e if isinstance(e, SearchQAEnv) else e.unwrapped for e in envs]
-    for e in unwrapped:
-        if not isinstance(e, SearchQAEnv):
-            raise TypeError(f"step_batch needs SearchQAEnv instances, got {type(e).__name__}")
-    return unwrapped
-
-
-def _begin_all(envs: Sequence[SearchQAEnv], actions: Sequence[str]) -> list[_Pending]:
-    if len(envs) != len(actions):
-        raise ValueError(f"step_batch got {len(envs)} environments but {len(actions)} actions")
-    return [env._begin_step(a) for env, a in zip(envs, actions)]
-
-
-def _record(
-    group: list[int],
-    envs: Sequence[SearchQAEnv],
-    outcome: list[list[Passage]] | BaseException,
-    found: dict[int, list[Passage]],
-    errors: dict[int, str],
-) -> None:
-    if isinstance(outcome, BaseException):
-        if any(envs[i].on_retrieval_error == "raise" for i in group):
-            raise outcome
-        message = f"{type(outcome).__name__}: {outcome}"
-        errors.update({i: message for i in group})
-    else:
-        found.update(zip(group, outcome))
-
-
-def step_batch(envs: Sequence[SearchQAEnv], actions: Sequence[str]) -> list[StepResult]:
-    """Step several episodes at once with one ``search`` call per distinct (retriever, k).
-
-    A retriever that raises does not take the batch down: with ``on_retrieval_error="observe"`` the
-    searching episodes get an information block saying the search failed and ``info["retrieval_error"]``.
-    """
-    envs = _unwrap(envs)
-    pendings = _begin_all(envs, actions)
-    found: dict[int, list[Passage]] = {}
-    errors: dict[int, str] = {}
-    for (_, k), group in _group_searches(envs, pendings).items():
-        retriever = envs[group[0]].retriever
-        queries = [pendings[i].query for i in group]
-        try:
-            outcome: Any = _check_results(retriever.search(queries, k), len(group), retriever)
-        except Exception as exc:  # noqa: BLE001 - reported per episode, see docstring
-            outcome = exc
-        _record(group, envs, outcome, found, errors)
-    return _finish(envs, pendings, found, errors)
-
-
-async def step_batch_async(envs: Sequence[SearchQAEnv], actions: Sequence[str]) -> list[StepResult]:
-    """:func:`step_batch` for event loops: searches run concurrently and never block the loop.
-
-    A retriever with an ``asearch`` coroutine (the HTTP client) is awaited; any other runs in a worker thread.
-    """
-    envs = _unwrap(envs)
-    pendings = _begin_all(envs, actions)
-    groups = list(_group_searches(envs, pendings).items())
-
-    async def run(group: list[int], k: int) -> Any:
-        retriever = envs[group[0]].retriever
-        queries = [pendings[i].query for i in group]
-        asearch = getattr(retriever, "asearch", None)
-        results = await asearch(queries, k) if asearch else await asyncio.to_thread(retriever.search, queries, k)
-        return _check_results(results, len(group), retriever)
-
-    outcomes = await asyncio.gather(*(run(group, k) for (_, k), group in groups), return_exceptions=True)
-    found: dict[int, list[Passage]] = {}
-    errors: dict[int, str] = {}
-    for (_, group), outcome in zip(groups, outcomes):
-        _record(group, envs, outcome, found, errors)
-    return _finish(envs, pendings, found, errors)
+        result = self.reward_spec(Rollout.from_episode(episode))
+        episode.truncated = True
+        return self._step_result({"action": None, "query": None, "passage_ids": [], "dropped_text": ""}, result)

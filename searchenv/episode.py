@@ -1,9 +1,10 @@
-"""One episode's transcript: who wrote which text, what was retrieved, how it ended.
+"""One episode: the question, the prompt, and the turns — the single record every reward, metric and log reads.
 
-The transcript is a list of :class:`Segment` values authored by the ``model`` or the ``env``. Adapters turn
-it into token ids and a loss mask (:mod:`searchenv.tokenization`); reward specs read it as a
-:class:`~searchenv.reward_specs.base.Rollout`. Keeping authorship explicit is what makes retrieved-token
-masking exact instead of inferred from tags or pad ids.
+The environment appends one :class:`~searchenv.transcript.Turn` per action: what the parser accepted, what the
+environment inserted after it, and how its search ended. Everything else — the transcript as
+:class:`Segment` values authored by the ``model`` or the ``env``, the counters, the prediction, the metrics —
+is derived from those turns, so no two parts of the code can disagree about what happened. Keeping
+authorship explicit is also what makes retrieved-token masking exact (:mod:`searchenv.tokenization`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from searchenv.protocol import Protocol
+from searchenv.transcript import Facts, Turn, facts, segments_of
 from searchenv.types import Passage, QAExample
 
 __all__ = ["Episode", "Segment"]
@@ -35,43 +37,72 @@ class Episode:
     Attributes:
         example: the question and its gold answers.
         prompt: the instruction plus question shown to the model (not part of the response).
-        segments: the response so far, model and environment text interleaved.
-        retrieved: passages of each executed search, in order.
-        num_actions: actions taken (every step counts, whatever it was).
-        num_searches: searches executed.
-        num_invalid: actions with neither a complete search nor a complete answer.
-        prediction: the answer, once given.
-        terminated / truncated: the Gymnasium end flags.
+        protocol: the tag set in force.
+        turns: one entry per action, in order (see :class:`~searchenv.transcript.Turn`).
+        truncated: the episode was cut (action budget, or a trainer's own limit via ``env.truncate()``).
         reward / reward_parts: set on the terminal step.
     """
 
     example: QAExample
     prompt: str
     protocol: Protocol
-    segments: list[Segment] = field(default_factory=list)
-    retrieved: list[list[Passage]] = field(default_factory=list)
-    num_actions: int = 0
-    num_searches: int = 0
-    num_invalid: int = 0
-    prediction: str | None = None
-    terminated: bool = False
+    turns: list[Turn] = field(default_factory=list)
     truncated: bool = False
     reward: float = 0.0
     reward_parts: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def facts(self) -> Facts:
+        """Prediction, counts and shown text, derived from the turns (see :func:`searchenv.transcript.facts`)."""
+        return facts(self.turns, self.protocol)
+
+    @property
+    def terminated(self) -> bool:
+        """An answer was accepted: the final action was a complete answer tag."""
+        return bool(self.turns) and self.turns[-1].action.kind == "answer"
 
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated
 
     @property
+    def prediction(self) -> str | None:
+        """The accepted answer, or ``None`` when the episode ended (or runs) without one."""
+        return self.turns[-1].action.content if self.terminated else None
+
+    @property
+    def num_actions(self) -> int:
+        return len(self.turns)
+
+    @property
+    def num_searches(self) -> int:
+        """Searches that ran and whose results were shown (failed and skipped searches do not count)."""
+        return sum(t.searched for t in self.turns)
+
+    @property
+    def num_invalid(self) -> int:
+        """Actions with neither a complete search nor a complete answer."""
+        return sum(t.action.kind == "invalid" for t in self.turns)
+
+    @property
+    def retrieved(self) -> list[list[Passage]]:
+        """The passages each executed search returned, in order (before clipping)."""
+        return [list(t.passages) for t in self.turns if t.searched]
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The response as authored pieces: each accepted action, then what the environment inserted."""
+        return [Segment(author, text) for author, text in segments_of(self.turns)]
+
+    @property
     def response_text(self) -> str:
         """Everything after the prompt: model turns and inserted blocks, in order."""
-        return "".join(s.text for s in self.segments)
+        return "".join(t.action.kept + t.observation for t in self.turns)
 
     @property
     def model_text(self) -> str:
-        """Only what the model wrote."""
-        return "".join(s.text for s in self.segments if s.author == "model")
+        """Only what the model wrote and the environment accepted (text after a closing tag is dropped)."""
+        return "".join(t.action.kept for t in self.turns)
 
     @property
     def response_words(self) -> int:
@@ -80,12 +111,14 @@ class Episode:
 
     def metrics(self) -> dict[str, float]:
         """Per-episode numbers the papers plot: reward, searches, invalid actions, response length."""
+        record = self.facts
         return {
             "reward": float(self.reward),
-            "num_actions": float(self.num_actions),
-            "num_searches": float(self.num_searches),
-            "num_invalid": float(self.num_invalid),
-            "response_words": float(self.response_words),
-            "answered": float(self.terminated),
+            "num_actions": float(record.num_actions),
+            "num_searches": float(record.num_searches),
+            "num_failed_searches": float(record.num_failed_searches),
+            "num_invalid": float(record.num_invalid),
+            "response_words": float(len(record.model_text.split())),
+            "answered": float(record.prediction is not None),
             **{f"reward/{k}": float(v) for k, v in self.reward_parts.items()},
         }

@@ -20,6 +20,17 @@ from searchenv.types import Passage
 __all__ = ["PROTOCOLS", "ParsedAction", "Protocol", "get_protocol", "parse_action"]
 
 ActionKind = Literal["search", "answer", "invalid"]
+PassageLayout = Literal["search-r1", "clean"]
+
+# Chat-template control strings of the common model families (Qwen/ChatML, Llama 3, SmolLM, Phi, DeepSeek's
+# full-width bars, Gemma, SentencePiece's <s>/</s>). Inserted text containing one could otherwise be tokenized
+# into the real special token and end the assistant turn or speak as the user. The tokenizer layer also encodes
+# inserted text with special tokens split (searchenv.tokenization), which covers any other family's tokens.
+_CHAT_CONTROL = re.compile(
+    r"<\|[^<>|\n]{1,64}\|>|<｜[^<>｜\n]{1,64}｜>|</?(?:s|unk|pad|eos|bos|mask|start_of_turn|end_of_turn)>",
+    re.IGNORECASE,
+)
+_SEARCH_ERROR_TEXT = "The search engine is unavailable right now; no results."
 
 _SEARCH_R1_PROMPT = (
     "Answer the question below. Think step by step inside <think> and </think> every time you receive new "
@@ -76,6 +87,12 @@ class Protocol:
         information_prefix / information_suffix: whitespace around the information block (Search-R1's
             ``"\\n\\n"`` on both sides).
         passage_template: how one passage is written inside the block; fields ``rank``, ``title``, ``text``.
+        passage_layout: ``"search-r1"`` (default) reproduces Search-R1's block byte for byte: the title line as
+            the corpus stores it (wiki-18 keeps quotes around it), the passage text as stored, the joined
+            block stripped; ``"clean"`` writes titles without quotes and keeps a newline before the closing tag.
+        search_error_text: the fixed, short text shown inside an information block when a search could not be
+            served. Details (URLs, exception text) never enter the model's context: they go to
+            ``info["retrieval_error"]``. Being fixed, it also lets the text path recognise a failed search.
     """
 
     name: str
@@ -89,11 +106,20 @@ class Protocol:
     information_prefix: str = "\n\n"
     information_suffix: str = "\n\n"
     passage_template: str = "Doc {rank}(Title: {title}) {text}\n"
+    passage_layout: PassageLayout = "search-r1"
+    search_error_text: str = _SEARCH_ERROR_TEXT
     extra_tags: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
         if "{question}" not in self.prompt_template:
             raise ValueError(f"protocol {self.name!r}: prompt_template must contain '{{question}}'")
+        if not self.invalid_hint.strip():
+            raise ValueError(
+                f"protocol {self.name!r}: invalid_hint must be non-empty; without it two invalid actions in a row "
+                "would read as one in a transcript (e.g. '<answer> x' then '</answer>' would look like an answer)"
+            )
+        if self.passage_layout not in ("search-r1", "clean"):
+            raise ValueError(f"protocol {self.name!r}: passage_layout must be 'search-r1' or 'clean'")
         for pair in (self.search_tags, self.answer_tags, self.information_tags):
             if len(pair) != 2 or not all(pair):
                 raise ValueError(f"protocol {self.name!r}: a tag pair must be two non-empty strings, got {pair!r}")
@@ -126,14 +152,15 @@ class Protocol:
         return re.compile("|".join(alternatives), re.IGNORECASE)
 
     def neutralise(self, text: str) -> str:
-        """Defuse protocol tags inside text the environment inserts.
+        """Defuse protocol tags and chat-template control strings inside text the environment inserts.
 
-        ``<answer>`` becomes ``‹answer›`` (single guillemets): a human and a model still read it, but no
-        parser, stop string or reward sees a tag.
+        ``<answer>`` becomes ``‹answer›`` and ``<|im_end|>`` becomes ``‹|im_end|›`` (single guillemets): a human
+        and a model still read them, but no parser, stop string, reward or tokenizer sees a tag or a turn marker.
         """
         if "<" not in text and not self._has_bare_tags:  # the common case: nothing tag-like to defuse
             return text
-        return self._tag_pattern.sub(lambda m: "‹" + m.group(0)[1:-1] + "›", text)
+        text = self._tag_pattern.sub(_guillemets, text)
+        return _CHAT_CONTROL.sub(_guillemets, text) if "<" in text else text
 
     @cached_property
     def _has_bare_tags(self) -> bool:
@@ -141,18 +168,45 @@ class Protocol:
 
     def format_passages(self, passages: Sequence[Passage]) -> str:
         """The information block for one search, with the surrounding whitespace Search-R1 uses."""
+        search_r1 = self.passage_layout == "search-r1"
         body = "".join(
-            self.passage_template.format(rank=i, title=self.neutralise(p.title), text=self.neutralise(p.text))
-            for i, p in enumerate(passages, 1)
+            self.passage_template.format(rank=i, title=self.neutralise(title), text=self.neutralise(text))
+            for i, (title, text) in enumerate(
+                (p.stored_title_and_text() if search_r1 else (p.title, p.text) for p in passages), 1
+            )
         )
+        return self._information_block(body.strip() if search_r1 else body)
+
+    def format_error(self) -> str:
+        """The information block shown when a search could not be served (the episode goes on).
+
+        Always the same short text (:attr:`search_error_text`): operator details never become training data.
+        """
+        return self._information_block(self.neutralise(self.search_error_text))
+
+    def _information_block(self, body: str) -> str:
         open_tag, close_tag = self.information_tags
         return f"{self.information_prefix}{open_tag}{body}{close_tag}{self.information_suffix}"
 
-    def format_error(self, message: str) -> str:
-        """The information block shown when a search could not be served (the episode goes on)."""
+    def information_body(self, observation: str) -> str | None:
+        """The text inside an inserted information block, or ``None`` if ``observation`` is not one.
+
+        A block a trainer cut short (no closing tag) yields everything after the opening tag.
+        """
         open_tag, close_tag = self.information_tags
-        note = self.neutralise(f"The search failed ({message}). No results.")
-        return f"{self.information_prefix}{open_tag}{note}{close_tag}{self.information_suffix}"
+        head = self.information_prefix + open_tag
+        if not observation.startswith(head):
+            return None
+        body = observation[len(head) :]
+        tail = close_tag + self.information_suffix
+        if body.endswith(tail):
+            return body[: len(body) - len(tail)]
+        close = body.rfind(close_tag)
+        return body if close < 0 else body[:close]
+
+
+def _guillemets(match: re.Match[str]) -> str:
+    return "‹" + match.group(0)[1:-1] + "›"
 
 
 PROTOCOLS: dict[str, Protocol] = {
@@ -214,7 +268,8 @@ def parse_action(text: str, protocol: Protocol) -> ParsedAction:
 
     Scanning is linear: for each kind the first opening tag is found, then the first closing tag after
     it; the pair that closes first wins. Text after it is dropped. A lone or unclosed tag makes the
-    action invalid.
+    action invalid, and so does an empty query (``<search></search>`` asks nothing). This is the only
+    reader of actions: the environment, the text path and the token builder all call it.
     """
     best: tuple[int, ActionKind, int] | None = None  # (close_end, kind, content_start)
     for kind, (open_tag, close_tag) in (("search", protocol.search_tags), ("answer", protocol.answer_tags)):
@@ -233,4 +288,6 @@ def parse_action(text: str, protocol: Protocol) -> ParsedAction:
     close_end, kind, content_start = best
     close_tag = protocol.search_tags[1] if kind == "search" else protocol.answer_tags[1]
     content = text[content_start : close_end - len(close_tag)].strip()
+    if kind == "search" and not content:
+        kind, content = "invalid", None
     return ParsedAction(kind, content, text[:close_end], text[close_end:])

@@ -23,18 +23,33 @@ class Passage:
 
     ``id`` is the corpus id as a string (wiki-18 ids are numeric strings), ``title`` is the passage title
     without the quotes wiki-18 keeps around it, ``score`` is the engine's own score (higher is better; 0.0
-    for engines without scores such as ``random``).
+    for engines without scores such as ``random``). ``stored_contents`` is the corpus row's ``contents``
+    exactly as stored, when the passage came from a corpus file: Search-R1 shows the title line as stored
+    (quotes and all), so reproducing its information block byte for byte needs it.
     """
 
     id: str
     title: str
     text: str
     score: float = 0.0
+    stored_contents: str | None = None
 
     @property
     def contents(self) -> str:
-        """The passage in Search-R1's corpus layout, ``"Title"\\ntext`` (what its HTTP server returns)."""
+        """The passage in Search-R1's corpus layout: as stored when known, else ``"Title"\\ntext``."""
+        if self.stored_contents is not None:
+            return self.stored_contents
         return f'"{self.title}"\n{self.text}'
+
+    def stored_title_and_text(self) -> tuple[str, str]:
+        """Title line and text split as Search-R1's server splits stored contents (first line / the rest).
+
+        Without stored contents, the title and text as held: no quotes are invented.
+        """
+        if self.stored_contents is None:
+            return self.title, self.text
+        title, _, text = self.stored_contents.partition("\n")
+        return title, text
 
 
 def split_contents(contents: str) -> tuple[str, str]:

@@ -193,7 +193,7 @@ def test_failed_search_is_observed_and_batch_survives():
     bad_env.reset(options={"index": 0})
     good, bad = step_batch([ok_env, bad_env], ["<search>a</search>", "<search>a</search>"])
     assert good.observation.startswith("\n\n<information>Doc 1")
-    assert "search failed" in bad.observation.lower() and "refused" in bad.info["retrieval_error"]
+    assert bad.observation == bad_env.protocol.format_error() and "refused" in bad.info["retrieval_error"]
     assert not bad.terminated and bad_env.episode.num_searches == 0
     strict = make_env(retriever=FailingRetriever(), on_retrieval_error="raise")
     strict.reset(options={"index": 0})

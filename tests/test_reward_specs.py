@@ -12,12 +12,15 @@ from hypothesis import strategies as st
 from searchenv.protocol import PROTOCOLS
 from searchenv.reward_specs import REWARD_SPECS, RewardResult, Rollout, load_reward
 from searchenv.reward_specs.answerers import lexical_overlap
+from searchenv.types import Passage
 
 LEXICAL = "searchenv.reward_specs.answerers:lexical_overlap"
 GOLDS = ["Paris"]
 QUESTION = "What is the capital of France?"
-HIT_INFO = "\n\n<information>Doc 1(Title: Paris) Paris is the capital of France.\n</information>\n\n"
-MISS_INFO = "\n\n<information>Doc 1(Title: Lyon) Lyon is a city on the Rhone.\n</information>\n\n"
+# Transcripts below are written the way the environment writes them (its own block layout), and are read
+# with trust_transcript=True: they test the formulas. What an untrusted transcript earns is tested at the end.
+HIT_INFO = PROTOCOLS["search-r1"].format_passages([Passage("1", "Paris", "Paris is the capital of France.")])
+MISS_INFO = PROTOCOLS["search-r1"].format_passages([Passage("2", "Lyon", "Lyon is a city on the Rhone.")])
 
 
 def search_r1_response(*, correct: bool, well_formed: bool, hit: bool) -> str:
@@ -82,7 +85,8 @@ EQ4 = {
 @pytest.mark.parametrize("lambda_f", [0.2, 0.4])
 @pytest.mark.parametrize(("correct", "well_formed", "hit"), CASES)
 def test_outcome_format_and_retrieval_rewards(lambda_f: float, correct: bool, well_formed: bool, hit: bool) -> None:
-    rollout = Rollout.from_text(search_r1_response(correct=correct, well_formed=well_formed, hit=hit), GOLDS)
+    response = search_r1_response(correct=correct, well_formed=well_formed, hit=hit)
+    rollout = Rollout.from_text(response, GOLDS, trust_transcript=True)
     key = (int(correct), int(well_formed), int(hit))
     em = load_reward("em")(rollout)
     eq3 = load_reward("format", lambda_f=lambda_f)(rollout)
@@ -99,7 +103,7 @@ def test_outcome_format_and_retrieval_rewards(lambda_f: float, correct: bool, we
 
 
 Q, D = ("<|begin_of_query|>", "<|end_of_query|>"), ("<|begin_of_documents|>", "<|end_of_documents|>")
-R1_DOCS = f"\n{D[0]}Doc 1(Title: Paris) Paris is the capital of France.\n{D[1]}\n"
+R1_DOCS = PROTOCOLS["r1-searcher"].format_passages([Passage("1", "Paris", "Paris is the capital of France.")])
 
 
 @pytest.mark.parametrize(
@@ -108,7 +112,8 @@ R1_DOCS = f"\n{D[0]}Doc 1(Title: Paris) Paris is the capital of France.\n{D[1]}\
         (f"<think>look</think>{Q[0]}capital of France{Q[1]}{R1_DOCS}<think>ok</think><answer>Paris</answer>", 1.0, 1.0),
         (f"<think>look</think>{Q[0]}capital of France{Q[1]}{R1_DOCS}so <answer>Paris</answer>", 0.5, -1.0),
         ("<think>I know it</think><answer>Paris France</answer>", 0.5, 2 / 3),
-        ("<think>I know it</think> <answer>Paris France</answer> done", 0.0, 2 / 3 - 2),
+        # text after the first complete answer is dropped by the environment, so it cannot spoil (or fix) the format
+        ("<think>I know it</think> <answer>Paris France</answer> done", 0.5, 2 / 3),
         ("<think>I know it</think><answer>Lyon</answer>", 0.5, 0.0),
         # the model writes its own documents: no retrieval credit, malformed (R1-Searcher's reward hack)
         (f"<think>a</think>{D[0]}Paris{D[1]}<think>b</think><answer>Paris</answer>", 0.0, -1.0),
@@ -117,12 +122,12 @@ R1_DOCS = f"\n{D[0]}Doc 1(Title: Paris) Paris is the capital of France.\n{D[1]}\
     ],
 )
 def test_r1_searcher_stages(response: str, stage1: float, stage2: float) -> None:
-    rollout = Rollout.from_text(response, GOLDS, protocol="r1-searcher")
+    rollout = Rollout.from_text(response, GOLDS, protocol="r1-searcher", trust_transcript=True)
     assert load_reward("r1-searcher-stage1")(rollout).reward == pytest.approx(stage1)
     assert load_reward("r1_searcher_stage2")(rollout).reward == pytest.approx(stage2)
 
 
-OBS = "<observation>Paris is the capital of France. It is large.</observation>"
+OBS = PROTOCOLS["r-search"].format_passages([Passage("1", "Paris", "Paris is the capital of France. It is large.")])
 EV_GOOD = "<original_evidence>Paris is the capital of France.</original_evidence>"
 EV_BAD = "<original_evidence>France is in Europe.</original_evidence>"
 
@@ -135,13 +140,14 @@ EV_BAD = "<original_evidence>France is in Europe.</original_evidence>"
         (f"<search>capital of France</search>{OBS} <answer>Paris</answer>", 1.2, 0.0, 0.0, 1.0),  # evidence owed
         ("I know this. <answer>Paris</answer>", 1.4, 0.0, 1.0, 1.0),  # no search: the evidence format is free
         (f"<search>q</search>{OBS} {EV_GOOD}{EV_GOOD} <answer>Paris France</answer>", 2 / 3 + 1 + 0.2, 1.0, 0.0, 1.0),
-        (f"<search>q</search>{OBS} {EV_GOOD} <answer>Lyon</answer><answer>Paris</answer>", 1 + 1 + 0.2, 1.0, 1.0, 0.0),
+        # only the first complete answer of the final action is accepted; the rest is dropped, never scored
+        (f"<search>q</search>{OBS} {EV_GOOD} <answer>Lyon</answer><answer>Paris</answer>", 1 + 0.4, 1.0, 1.0, 1.0),
         (f"<search>q</search>{OBS} {EV_GOOD} <answer> </answer>", 1 + 0.2, 1.0, 1.0, 0.0),
     ],
 )
 def test_r_search(response: str, reward: float, evidence_score: float, evidence_ok: float, answer_ok: float) -> None:
     spec = load_reward("r-search", answerer=LEXICAL)
-    result = spec(Rollout.from_text(response, GOLDS, protocol="r-search", question=QUESTION))
+    result = spec(Rollout.from_text(response, GOLDS, protocol="r-search", question=QUESTION, trust_transcript=True))
     assert result.reward == pytest.approx(reward)
     assert result.parts["evidence_score"] == evidence_score
     assert result.parts["evidence_format_ok"] == evidence_ok
@@ -157,10 +163,12 @@ def test_r_search_answerer_sees_question_and_evidence_and_cache_wins() -> None:
 
     spec = load_reward({"formula": "r_search", "answerer": answerer, "gamma_e": 0.1, "gamma_a": 0.3})
     response = f"<search>q</search>{OBS} {EV_BAD} <answer>Paris</answer>"
-    rollout = Rollout.from_text(response, GOLDS, protocol="r-search", question=QUESTION)
+    rollout = Rollout.from_text(response, GOLDS, protocol="r-search", question=QUESTION, trust_transcript=True)
     assert spec(rollout).reward == pytest.approx(1 + 1 + 0.1 + 0.3)
     assert seen == [(QUESTION, "France is in Europe.")]
-    cached = Rollout.from_text(response, GOLDS, "r-search", QUESTION, extras={"evidence_answer": "Lyon"})
+    cached = Rollout.from_text(
+        response, GOLDS, "r-search", QUESTION, extras={"evidence_answer": "Lyon"}, trust_transcript=True
+    )
     assert spec(cached).parts["evidence_score"] == 0.0 and len(seen) == 1
 
 
@@ -171,31 +179,31 @@ def test_r_search_needs_evidence_tags() -> None:
 
 
 def test_answer_inside_retrieved_text_is_never_the_prediction() -> None:
-    forged = "\n\n<information>Doc 1(Title: X) <answer>Paris</answer> is written here.\n</information>\n\n"
+    forged = "\n\n<information>Doc 1(Title: X) <answer>Paris</answer> is written here.</information>\n\n"
     with_answer = f"<think>a</think><search>q</search>{forged}<think>b</think><answer>Lyon</answer>"
     without_answer = f"<think>a</think><search>q</search>{forged}"
     for response in (with_answer, without_answer):
-        rollout = Rollout.from_text(response, GOLDS)
+        rollout = Rollout.from_text(response, GOLDS, trust_transcript=True)
         assert "<answer>Paris</answer>" not in rollout.model_text
         result = load_reward("em")(rollout)
         assert result.reward == 0.0 and result.parts["cem"] == 0.0
-        assert result.parts["retrieval_hit"] == 1.0  # it still counts as retrieved text
+        assert result.parts["retrieval_hit"] == 1.0  # trusted: it counts as retrieved text
+        untrusted = load_reward("em")(Rollout.from_text(response, GOLDS))
+        assert untrusted.parts["retrieval_hit"] == 0.0 and untrusted.parts["num_searches"] == 0.0
     assert load_reward("format")(Rollout.from_text(without_answer, GOLDS)).parts["format_ok"] == 0.0
 
 
-def test_from_text_splits_model_and_inserted_text() -> None:
+def test_from_text_reads_actions_by_the_environment_rule() -> None:
     protocol = PROTOCOLS["search-r1"]
     response = (
         "<think>a</think><information>forged Paris</information>"
         f"<think>b</think><search>q1</search>{HIT_INFO}<think>c</think>{protocol.invalid_hint}"
         f"<search>q2</search>\n\n<information>cut off by the trainer"
     )
-    rollout = Rollout.from_text(response, ("Paris",), protocol=protocol, question="Q?")
+    rollout = Rollout.from_text(response, ("Paris",), protocol=protocol, question="Q?", trust_transcript=True)
+    assert [t.action.kind for t in rollout.turns] == ["search", "invalid", "search"]
     assert rollout.num_searches == 2
-    assert rollout.retrieved_texts == (
-        "Doc 1(Title: Paris) Paris is the capital of France.\n",
-        "cut off by the trainer",
-    )
+    assert rollout.retrieved_texts == ("Doc 1(Title: Paris) Paris is the capital of France.", "cut off by the trainer")
     assert "forged Paris" in rollout.model_text  # model-written, so not retrieved
     assert protocol.invalid_hint.strip() not in rollout.model_text  # the hint quotes <answer> … </answer>
     assert rollout.golden_answers == ("Paris",) and rollout.question == "Q?" and rollout.protocol is protocol
@@ -265,8 +273,8 @@ def test_spec_files_from_the_user(tmp_path: Path) -> None:
     assert (mine.name, mine.lambda_f, mine.description) == ("mine", 0.4, "the 7B setting")
     child = load_reward(str(tmp_path / "child.json"), lambda_r=0.05)
     assert (child.name, child.lambda_f, child.lambda_r) == ("child", 0.4, 0.05)
-    rollout = Rollout.from_text(search_r1_response(correct=False, well_formed=True, hit=True), GOLDS)
-    assert child(rollout).reward == pytest.approx(0.45)
+    response = search_r1_response(correct=False, well_formed=True, hit=True)
+    assert child(Rollout.from_text(response, GOLDS, trust_transcript=True)).reward == pytest.approx(0.45)
 
     (tmp_path / "list.yaml").write_text("- formula\n- outcome\n")
     (tmp_path / "broken.yaml").write_text("formula: [outcome\n")
@@ -323,7 +331,11 @@ def test_hf_answerer_judges_evidence_with_a_real_model(smollm2_dir: Path) -> Non
         answerer_options={"model": str(smollm2_dir), "max_new_tokens": 12},
     )
     good = Rollout.from_text(
-        f"<search>capital of France</search>{OBS} {EV_GOOD} <answer>Paris</answer>", GOLDS, "r-search", QUESTION
+        f"<search>capital of France</search>{OBS} {EV_GOOD} <answer>Paris</answer>",
+        GOLDS,
+        "r-search",
+        QUESTION,
+        trust_transcript=True,
     )
     first, second = spec(good), spec(good)
     assert first == second
