@@ -52,7 +52,7 @@ def test_search_inserts_information_block_in_search_r1_layout():
     assert obs == (
         "\n\n<information>Doc 1(Title: Valtmora Guild) The Valtmora Guild was founded by Ilsa Brevondt.\n"
         "Doc 2(Title: Ilsa Brevondt) Ilsa Brevondt was born in Quarnessa.\n"
-        "Doc 3(Title: Quarnessa) Quarnessa was founded in 1312.\n</information>\n\n"
+        "Doc 3(Title: Quarnessa) Quarnessa was founded in 1312.</information>\n\n"
     )
     assert info["action"] == "search" and info["query"] == "Valtmora founder"
     assert info["passage_ids"] == ["p0", "p1", "p2"]
