@@ -5,6 +5,11 @@ them (mask 1) and only environment text is tokenized, on its own (mask 0). That 
 masks guessed from ``token != pad_id`` (wrong when pad == EOS, as with Qwen2.5), re-tokenising a
 concatenated string so boundaries drift, losing the newline before an inserted block, and masks that do
 not match the sequence length.
+
+Inserted text can never become a special token: environment text is encoded with special tokens split
+(``<|im_end|>`` in a passage stays the characters ``<``, ``|``, …, never the end-of-turn id), and the
+tokenizer's own special-token strings are defused in the prompt before the chat template wraps it. A
+retrieved page therefore cannot end the assistant turn or speak as the user.
 """
 
 from __future__ import annotations
@@ -16,7 +21,14 @@ from typing import Any
 from searchenv.episode import Episode
 from searchenv.protocol import Protocol, parse_action
 
-__all__ = ["EpisodeTokens", "TokenizedEpisode", "cut_at_action_end", "encode_prompt", "tokenize_episode"]
+__all__ = [
+    "EpisodeTokens",
+    "TokenizedEpisode",
+    "cut_at_action_end",
+    "defuse_special_tokens",
+    "encode_prompt",
+    "tokenize_episode",
+]
 
 
 @dataclass
@@ -58,6 +70,7 @@ def encode_prompt(tokenizer: Any, prompt_text: str, chat_template: bool | None =
     response, inserted blocks included, then continues inside that one assistant turn, as in Search-R1.
     """
     use_template = chat_template if chat_template is not None else bool(getattr(tokenizer, "chat_template", None))
+    prompt_text = defuse_special_tokens(prompt_text, tokenizer)
     if use_template:
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt_text}], tokenize=False, add_generation_prompt=True
@@ -66,7 +79,42 @@ def encode_prompt(tokenizer: Any, prompt_text: str, chat_template: bool | None =
     return list(tokenizer(prompt_text, add_special_tokens=True)["input_ids"])
 
 
-def _encode_text(tokenizer: Any, text: str) -> list[int]:
+_WORD_JOINER = "\u2060"
+
+
+def defuse_special_tokens(text: str, tokenizer: Any) -> str:
+    """Break every special-token string of ``tokenizer`` found in ``text`` with an invisible word joiner.
+
+    For text the environment wrote that is then tokenized *with* special tokens (the prompt inside a chat
+    template). The protocol already defuses the common chat markers; this covers any tokenizer's own.
+    """
+    specials = _special_strings(tokenizer)
+    for token in specials:
+        if token in text:
+            text = text.replace(token, token[0] + _WORD_JOINER + token[1:])
+    return text
+
+
+def _special_strings(tokenizer: Any) -> tuple[str, ...]:
+    cached = getattr(tokenizer, "_searchenv_special_strings", None)
+    if cached is not None:
+        return cached
+    strings = set(getattr(tokenizer, "all_special_tokens", ()) or ())
+    for added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(added, "special", False):
+            strings.add(str(added))
+    found = tuple(sorted((s for s in strings if len(s) > 1), key=len, reverse=True))
+    try:
+        tokenizer._searchenv_special_strings = found
+    except AttributeError:  # a tokenizer that refuses new attributes: recompute next time
+        pass
+    return found
+
+
+def _encode_text(tokenizer: Any, text: str, *, inserted: bool = False) -> list[int]:
+    """Ids of ``text``; ``inserted=True`` (environment text) never produces a special token."""
+    if inserted:
+        return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -135,7 +183,7 @@ class EpisodeTokens:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def add_env(self, text: str) -> list[int]:
-        ids = _encode_text(self.tokenizer, text) if text else []
+        ids = _encode_text(self.tokenizer, text, inserted=True) if text else []
         self.response_ids.extend(ids)
         self.loss_mask.extend([0] * len(ids))
         self.logprobs.extend([0.0] * len(ids))
