@@ -48,6 +48,8 @@ class Rollout:
     facts: Facts
     turns: tuple[Turn, ...] = ()
     extras: Mapping[str, Any] = field(default_factory=dict)
+    # Measurements shared by every spec that scores this rollout (see reward_specs.spec._measure).
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # -- the facts under the names specs use -------------------------------------------------------------
     @property
@@ -162,7 +164,12 @@ class Rollout:
 
 
 def _split_at_spans(response: str, env_spans: Sequence[tuple[int, int]]) -> list[tuple[str, str]]:
-    """``(author, text)`` pieces of ``response`` given the environment's character spans."""
+    """``(author, text)`` pieces of ``response`` given the environment's character spans.
+
+    Every span is one observation and follows one model action, possibly empty (an empty action is invalid and
+    is answered by the hint), so two adjacent spans mean an empty action between them. An empty *final* action
+    leaves no trace in spans; it changes no reward, only the action count (:meth:`Rollout.from_segments` keeps it).
+    """
     pieces: list[tuple[str, str]] = []
     pos = 0
     for start, end in env_spans:
@@ -170,8 +177,7 @@ def _split_at_spans(response: str, env_spans: Sequence[tuple[int, int]]) -> list
             raise ValueError(
                 f"env_spans must be sorted, non-overlapping (start, end) offsets in the response; got {(start, end)}"
             )
-        if start > pos or not pieces:
-            pieces.append(("model", response[pos:start]))
+        pieces.append(("model", response[pos:start]))
         pieces.append(("env", response[start:end]))
         pos = end
     if pos < len(response) or not pieces:

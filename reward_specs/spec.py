@@ -97,15 +97,19 @@ class _Measured:
 
 
 def _measure(rollout: Rollout) -> _Measured:
-    prediction = rollout.prediction
-    golds = rollout.golden_answers
-    return _Measured(
-        prediction=prediction,
-        scores=answer_scores(prediction, golds),
-        format_ok=check_format(rollout.response, rollout.protocol).ok,
-        retrieval_hit=answer_in_passages(golds, rollout.retrieved_texts),
-        num_searches=rollout.num_searches,
-    )
+    """Scores, format verdict and retrieval hit of a rollout, computed once however many specs read them."""
+    measured = rollout.memo.get("measured")
+    if measured is None:
+        prediction = rollout.prediction
+        golds = rollout.golden_answers
+        measured = rollout.memo["measured"] = _Measured(
+            prediction=prediction,
+            scores=answer_scores(prediction, golds),
+            format_ok=check_format(rollout.response, rollout.protocol).ok,
+            retrieval_hit=answer_in_passages(golds, rollout.retrieved_texts),
+            num_searches=rollout.num_searches,
+        )
+    return measured
 
 
 # -- parameter checks ---------------------------------------------------------------------------------------------
