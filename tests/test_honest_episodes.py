@@ -233,10 +233,9 @@ def test_information_block_is_search_r1s_byte_for_byte() -> None:
     plain = Passage("8", "Pavia", "A city.", 0.5, stored_contents="Pavia\nA city.")
     block = PROTOCOLS["search-r1"].format_passages([stored, plain])
     # Search-R1: Doc i(Title: <first line as stored>) <rest as stored>\n per passage, joined, stripped.
-    assert (
-        block
-        == '\n\n<information>Doc 1(Title: "Pavia Cathedral") A church.\nIn Pavia.\nDoc 2(Title: Pavia) A city.</information>\n\n'
-    )
+    expected = '\n\n<information>Doc 1(Title: "Pavia Cathedral") A church.\nIn Pavia.\n'
+    expected += "Doc 2(Title: Pavia) A city.</information>\n\n"
+    assert block == expected
     clean = Protocol(name="clean", passage_layout="clean").format_passages([stored])
     assert clean == "\n\n<information>Doc 1(Title: Pavia Cathedral) A church.\nIn Pavia.\n</information>\n\n"
 

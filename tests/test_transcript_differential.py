@@ -127,7 +127,9 @@ def _check(env: SearchQAEnv, last_info: dict) -> None:
         for turn in episode.turns
         for marker in (env.protocol.information_tags[0], env.protocol.invalid_hint)
     )
-    if not model_wrote_env_text and episode.turns[-1].action.kept:  # without spans, boundaries are recovered from the inserted text alone
+    if (
+        not model_wrote_env_text and episode.turns[-1].action.kept
+    ):  # without spans, boundaries are recovered from the inserted text alone
         heuristic = Rollout.from_text(
             episode.response_text, episode.example.golden_answers, env.protocol, trust_transcript=True
         )
