@@ -6,6 +6,9 @@
 2. Retrieval hit / recall@3 over the same 1,000 × 3 passages: ``answer_in_passages`` against the per-passage
    normalise-then-search check Search-R1 uses (skyrl-gym's ``normalize_answer`` on each passage), and one
    scan of the full 19,637-passage ``union.jsonl`` for 20 questions.
+3. Adversarial inputs (linear-time reading): ~1 MB responses of unmatched closing tags, unmatched opening tags,
+   nested answers, and ~3 MB of search/information cycles, scored by the text path (trusted, all parts) and,
+   for a single 1 MB action, by the environment's step.
 
     python bench/bench_rewards.py [--questions 1000] [--repeats 3]
 """
@@ -76,8 +79,8 @@ def main() -> None:
         "searchenv from_text + em": best_of(
             args.repeats, lambda: [em_spec(Rollout.from_text(r, g)) for r, g, _ in cases]
         ),
-        "searchenv from_text + format-retrieval": best_of(
-            args.repeats, lambda: [fr_spec(Rollout.from_text(r, g)) for r, g, _ in cases]
+        "searchenv from_text (trusted) + format-retrieval": best_of(
+            args.repeats, lambda: [fr_spec(Rollout.from_text(r, g, trust_transcript=True)) for r, g, _ in cases]
         ),
     }
     agree = sum(
@@ -103,6 +106,46 @@ def main() -> None:
     print(f"## one scan of {len(union)} passages, {len(golds)} questions")
     print(f"| Search-R1 per-passage check | {peer_s / len(golds):.2f} s/question | 1.00× |")
     print(f"| searchenv answer_in_passages | {ours_s / len(golds):.2f} s/question | {peer_s / ours_s:.2f}× |")
+    adversarial(args.repeats)
+
+
+class FixedRetriever:
+    """One short passage for any query: the step's cost is the environment's, not an engine's."""
+
+    def search(self, queries: list[str], k: int) -> list[list[Passage]]:
+        return [[Passage("1", "T", "some passage text")] for _ in queries]
+
+
+def adversarial(repeats: int) -> None:
+    """Scoring time of ~1 MB hostile responses: every reader must stay linear."""
+    from searchenv import SearchQAEnv
+
+    info = PROTOCOLS["search-r1"].format_passages([Passage("1", "T", "some passage text")])
+    cases = {
+        "unmatched </answer> ×110k (1 MB)": "</answer>" * 110_000,
+        "unmatched <answer> ×125k (1 MB)": "<answer>" * 125_000,
+        "nested <answer> ×90k then one close (1 MB)": "<answer> x " * 90_000 + "</answer>",
+        "end markers <|im_end|> ×100k (1 MB)": "<think>a</think><answer>x</answer>" + "<|im_end|>" * 100_000,
+        "search/information cycles ×40k (3 MB)": ("<search>q</search>" + info + "<think>t</think>") * 40_000,
+    }
+    spec = load_reward("format-retrieval")
+    print("## adversarial responses, text path (trusted) + format-retrieval, and one 1 MB env step")
+    print("| input | chars | text path | env step |")
+    for name, text in cases.items():
+        scored = best_of(repeats, lambda t=text: spec(Rollout.from_text(t, ["x"], trust_transcript=True)))
+        env = SearchQAEnv(
+            dataset=[{"id": "a", "question": "q", "golden_answers": ["x"]}],
+            retriever=FixedRetriever(),
+            reward=spec,
+            max_turns=1,
+        )
+
+        def step(t: str = text) -> None:
+            env.reset(options={"index": 0})
+            env.step(t)
+
+        stepped = best_of(repeats, step)
+        print(f"| {name} | {len(text):,} | {scored * 1e3:.1f} ms | {stepped * 1e3:.1f} ms |")
 
 
 if __name__ == "__main__":

@@ -182,6 +182,10 @@ class Protocol:
 
         Always the same short text (:attr:`search_error_text`): operator details never become training data.
         """
+        return self._error_block
+
+    @cached_property
+    def _error_block(self) -> str:
         return self._information_block(self.neutralise(self.search_error_text))
 
     def _information_block(self, body: str) -> str:
