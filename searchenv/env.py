@@ -23,7 +23,7 @@ from searchenv.protocol import Protocol, get_protocol, parse_action
 from searchenv.reward_specs.base import RewardResult, Rollout
 from searchenv.spaces import UnicodeText
 from searchenv.stepping import StepOutcome, StepPlan, StepResult, step_batch, step_batch_async
-from searchenv.transcript import Turn
+from searchenv.transcript import Facts, Turn
 from searchenv.types import Corpus, Passage, QAExample, Retriever
 
 __all__ = ["SearchQAEnv", "StepResult", "step_batch", "step_batch_async"]
@@ -303,26 +303,32 @@ class SearchQAEnv(gym.Env[str, str]):
             turn = Turn(turn.action, "", turn.search, turn.passages, turn.shown_ids, turn.error)
             turns = [*episode.turns, turn]
             rollout = Rollout.from_turns(turns, episode.example.golden_answers, self.protocol, episode.example.question)
-            result = self.reward_spec(rollout)
-            return StepOutcome(turn, truncated, result, info)
-        return StepOutcome(turn, False, None, info)
+            return StepOutcome(turn, truncated, self.reward_spec(rollout), rollout.facts, info)
+        return StepOutcome(turn, False, None, None, info)
 
     def _commit(self, outcome: StepOutcome) -> StepResult:
         """Apply a step's outcome to the episode and build the Gymnasium step tuple from the episode."""
         episode = self.episode
         episode.turns.append(outcome.turn)
         episode.truncated = outcome.truncated
-        return self._step_result(outcome.info, outcome.reward)
+        return self._step_result(outcome.info, outcome.reward, outcome.facts)
 
-    def _step_result(self, info: dict[str, Any], reward: RewardResult | None) -> StepResult:
+    def _step_result(self, info: dict[str, Any], reward: RewardResult | None, record: Facts | None) -> StepResult:
+        """The step tuple; on the terminal step ``reward`` and ``record`` (the episode's facts) are given."""
         episode = self.episode
-        record = episode.facts
-        info["num_searches"] = record.num_searches
-        info["num_actions"] = record.num_actions
-        if reward is None:
+        if reward is None or record is None:
+            info["num_searches"] = episode.num_searches
+            info["num_actions"] = episode.num_actions
             return StepResult(episode.turns[-1].observation, 0.0, False, False, info)
-        episode.reward, episode.reward_parts = float(reward.reward), dict(reward.parts)
-        info.update(prediction=record.prediction, reward_parts=dict(reward.parts), episode=episode.metrics())
+        parts = dict(reward.parts)
+        episode.reward, episode.reward_parts = float(reward.reward), parts
+        info.update(
+            num_searches=record.num_searches,
+            num_actions=record.num_actions,
+            prediction=record.prediction,
+            reward_parts=parts,
+            episode=episode.metrics(record),
+        )
         return StepResult("", episode.reward, episode.terminated, episode.truncated, info)
 
     def truncate(self) -> StepResult:
@@ -335,6 +341,8 @@ class SearchQAEnv(gym.Env[str, str]):
         episode = self.episode
         if episode.done:
             raise RuntimeError("the episode has already ended")
-        result = self.reward_spec(Rollout.from_episode(episode))
+        rollout = Rollout.from_episode(episode)
+        result = self.reward_spec(rollout)
         episode.truncated = True
-        return self._step_result({"action": None, "query": None, "passage_ids": [], "dropped_text": ""}, result)
+        info = {"action": None, "query": None, "passage_ids": [], "dropped_text": ""}
+        return self._step_result(info, result, rollout.facts)

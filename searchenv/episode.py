@@ -109,9 +109,12 @@ class Episode:
         """Length of the model's own text in whitespace-separated words (a tokenizer-free length metric)."""
         return len(self.model_text.split())
 
-    def metrics(self) -> dict[str, float]:
-        """Per-episode numbers the papers plot: reward, searches, invalid actions, response length."""
-        record = self.facts
+    def metrics(self, record: Facts | None = None) -> dict[str, float]:
+        """Per-episode numbers the papers plot: reward, searches, invalid actions, response length.
+
+        ``record`` is the episode's facts when the caller has them already (the environment's terminal step).
+        """
+        record = record if record is not None else self.facts
         return {
             "reward": float(self.reward),
             "num_actions": float(record.num_actions),

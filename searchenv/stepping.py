@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from searchenv.protocol import ParsedAction
-from searchenv.transcript import Turn
+from searchenv.transcript import Facts, Turn
 from searchenv.types import Passage, Retriever
 
 if TYPE_CHECKING:
@@ -52,13 +52,16 @@ class StepOutcome:
     turn: Turn
     truncated: bool
     reward: RewardResult | None
+    facts: Facts | None  # the episode's facts after this step, on the terminal step
     info: dict[str, Any]
 
 
 def _unwrap(envs: Sequence[Any]) -> list[SearchQAEnv]:
     """Accept wrapped environments (``gym.make`` adds checkers) as well as bare ones; refuse duplicates."""
-    from searchenv.env import SearchQAEnv
+    from searchenv.env import SearchQAEnv  # noqa: PLC0415 - env imports this module
 
+    if len(envs) == 1 and type(envs[0]) is SearchQAEnv:  # env.step(): nothing to unwrap or compare
+        return [envs[0]]
     unwrapped = [e if isinstance(e, SearchQAEnv) else getattr(e, "unwrapped", e) for e in envs]
     for e in unwrapped:
         if not isinstance(e, SearchQAEnv):
