@@ -47,7 +47,7 @@ from searchenv.reward_specs.metrics import (
     f1_score,
 )
 from searchenv.reward_specs.text import block_content
-from searchenv.reward_specs.wellformed import check_format, single_block
+from searchenv.reward_specs.wellformed import check_format, check_turns, single_block
 
 __all__ = ["FORMULAS", "METRICS", "REWARD_SPECS", "Answerer", "RewardSpecError", "load_reward"]
 
@@ -105,7 +105,11 @@ def _measure(rollout: Rollout) -> _Measured:
         measured = rollout.memo["measured"] = _Measured(
             prediction=prediction,
             scores=answer_scores(prediction, golds),
-            format_ok=check_format(rollout.response, rollout.protocol).ok,
+            format_ok=(
+                check_format(rollout.response, rollout.protocol).ok
+                if rollout.protocol.answer_mode == "tag"
+                else check_turns(rollout.turns).ok
+            ),
             retrieval_hit=answer_in_passages(golds, rollout.retrieved_texts),
             num_searches=rollout.num_searches,
         )

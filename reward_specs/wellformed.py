@@ -24,13 +24,15 @@ used by R-Search's block rewards, does require content.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 from searchenv.protocol import Protocol, get_protocol
 from searchenv.reward_specs.text import strip_end_markers
+from searchenv.transcript import Turn
 
-__all__ = ["FormatCheck", "check_format", "find_garbled", "single_block"]
+__all__ = ["FormatCheck", "check_format", "check_turns", "find_garbled", "single_block"]
 
 _GARBLED_BY_DEFAULT = frozenset({"r1-searcher"})
 _GARBLED = re.compile("[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ue000-\uf8ff\U000f0000-\U0010ffff]")
@@ -158,6 +160,24 @@ def check_format(
             found = find_garbled(text, start, end)
             if found:
                 return FormatCheck(False, found)
+    return _OK
+
+
+def check_turns(turns: Sequence[Turn]) -> FormatCheck:
+    """Well-formedness of a tool-call episode whose answer is a message or a tool call (no answer tag to parse).
+
+    The turn-level reading of the study's rule: every action was accepted (no invalid action) and the final one
+    is the answer. Text around the calls is free, as in R-Search's grammar.
+    """
+    if not turns:
+        return FormatCheck(False, "empty response")
+    for number, turn in enumerate(turns, 1):
+        if turn.action.kind == "invalid":
+            return FormatCheck(
+                False, f"action {number} is invalid" + (f": {turn.action.reason}" if turn.action.reason else "")
+            )
+    if turns[-1].action.kind != "answer":
+        return FormatCheck(False, "missing answer: the final action is not an answer")
     return _OK
 
 

@@ -245,6 +245,10 @@ class SearchQAEnv(gym.Env[str, str]):
             "data_source": example.data_source,
             "stop_strings": self.protocol.stop_strings,
         }
+        if self.protocol.tools_json:
+            from searchenv.tool_calls import tools_of
+
+            info["tools"] = tools_of(self.protocol)
         return prompt, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -280,6 +284,8 @@ class SearchQAEnv(gym.Env[str, str]):
         """What the step does to the episode — its new turn, observation, reward and info — not yet applied."""
         episode, parsed = self.episode, plan.parsed
         info: dict[str, Any] = {"action": parsed.kind, "query": None, "passage_ids": [], "dropped_text": parsed.dropped}
+        if parsed.reason is not None:
+            info["invalid_reason"] = parsed.reason
         if parsed.kind == "search":
             info["query"] = parsed.content[: self.max_query_chars]  # type: ignore[index]
             info["query_clipped"] = len(parsed.content) > self.max_query_chars  # type: ignore[arg-type]

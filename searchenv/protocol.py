@@ -21,6 +21,8 @@ __all__ = ["PROTOCOLS", "ParsedAction", "Protocol", "get_protocol", "parse_actio
 
 ActionKind = Literal["search", "answer", "invalid"]
 PassageLayout = Literal["search-r1", "clean"]
+ActionFormat = Literal["tags", "tool-call"]
+AnswerMode = Literal["tag", "message", "tool"]
 
 # Chat-template control strings of the common model families (Qwen/ChatML, Llama 3, SmolLM, Phi, DeepSeek's
 # full-width bars, Gemma, SentencePiece's <s>/</s>). Inserted text containing one could otherwise be tokenized
@@ -93,6 +95,11 @@ class Protocol:
         search_error_text: the fixed, short text shown inside an information block when a search could not be
             served. Details (URLs, exception text) never enter the model's context: they go to
             ``info["retrieval_error"]``. Being fixed, it also lets the text path recognise a failed search.
+        action_format: ``"tags"`` (the papers' ``<search>`` tags) or ``"tool-call"`` (a native JSON tool call
+            between ``search_tags``, as Qwen/Hermes chat templates define it; see :mod:`searchenv.tool_calls`).
+        answer_mode: for tool calls, how the answer is given: ``"tag"`` (an ``<answer>`` block), ``"message"``
+            (a message without a tool call) or ``"tool"`` (a call of the ``answer`` tool).
+        tools_json: the JSON schemas of the tools the prompt declares (tool-call protocols), one string each.
     """
 
     name: str
@@ -109,6 +116,9 @@ class Protocol:
     passage_layout: PassageLayout = "search-r1"
     search_error_text: str = _SEARCH_ERROR_TEXT
     extra_tags: tuple[str, ...] = field(default=())
+    action_format: ActionFormat = "tags"
+    answer_mode: AnswerMode = "tag"
+    tools_json: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if "{question}" not in self.prompt_template:
@@ -120,6 +130,20 @@ class Protocol:
             )
         if self.passage_layout not in ("search-r1", "clean"):
             raise ValueError(f"protocol {self.name!r}: passage_layout must be 'search-r1' or 'clean'")
+        if not self.search_error_text.strip():
+            raise ValueError(
+                f"protocol {self.name!r}: search_error_text must be non-empty (an empty block reads as "
+                "a search that found nothing)"
+            )
+        if self.action_format not in ("tags", "tool-call"):
+            raise ValueError(f"protocol {self.name!r}: action_format must be 'tags' or 'tool-call'")
+        if self.answer_mode not in ("tag", "message", "tool") or (
+            self.action_format == "tags" and self.answer_mode != "tag"
+        ):
+            raise ValueError(
+                f"protocol {self.name!r}: answer_mode must be 'tag', 'message' or 'tool' (the last two only with "
+                "action_format='tool-call')"
+            )
         for pair in (self.search_tags, self.answer_tags, self.information_tags):
             if len(pair) != 2 or not all(pair):
                 raise ValueError(f"protocol {self.name!r}: a tag pair must be two non-empty strings, got {pair!r}")
@@ -127,8 +151,10 @@ class Protocol:
     # -- what the rollout engine needs -------------------------------------------------------------
     @property
     def stop_strings(self) -> list[str]:
-        """Strings at which generation should stop: the end of a query and the end of an answer."""
-        return [self.search_tags[1], self.answer_tags[1]]
+        """Strings at which generation should stop: the end of a query (or tool call) and of an answer tag."""
+        if self.answer_mode == "tag":
+            return [self.search_tags[1], self.answer_tags[1]]
+        return [self.search_tags[1]]  # a message or an answer tool call ends at end of sequence / the call's tag
 
     @cached_property
     def all_tags(self) -> tuple[str, ...]:
@@ -265,6 +291,7 @@ class ParsedAction:
     content: str | None
     kept: str
     dropped: str
+    reason: str | None = None  # why an action is invalid, when more can be said than "no complete tag"
 
 
 def parse_action(text: str, protocol: Protocol) -> ParsedAction:
@@ -273,8 +300,13 @@ def parse_action(text: str, protocol: Protocol) -> ParsedAction:
     Scanning is linear: for each kind the first opening tag is found, then the first closing tag after
     it; the pair that closes first wins. Text after it is dropped. A lone or unclosed tag makes the
     action invalid, and so does an empty query (``<search></search>`` asks nothing). This is the only
-    reader of actions: the environment, the text path and the token builder all call it.
+    reader of actions: the environment, the text path and the token builder all call it. Tool-call protocols
+    read the JSON call with the same first-complete-pair rule (:func:`searchenv.tool_calls.parse_tool_action`).
     """
+    if protocol.action_format == "tool-call":
+        from searchenv.tool_calls import parse_tool_action  # noqa: PLC0415 - tool_calls imports this module
+
+        return parse_tool_action(text, protocol)
     best: tuple[int, ActionKind, int] | None = None  # (close_end, kind, content_start)
     for kind, (open_tag, close_tag) in (("search", protocol.search_tags), ("answer", protocol.answer_tags)):
         start = text.find(open_tag)
@@ -295,3 +327,14 @@ def parse_action(text: str, protocol: Protocol) -> ParsedAction:
     if kind == "search" and not content:
         kind, content = "invalid", None
     return ParsedAction(kind, content, text[:close_end], text[close_end:])
+
+
+def _register_tool_call_protocols() -> None:
+    """Native tool-call protocols with ChatML/Hermes framing (build others with ``tool_call_protocol(tokenizer)``)."""
+    from searchenv.tool_calls import tool_call_protocol
+
+    for answer, name in (("tag", "tool-call"), ("message", "tool-call-message"), ("tool", "tool-call-answer-tool")):
+        PROTOCOLS[name] = tool_call_protocol(answer=answer, name=name)  # type: ignore[arg-type]
+
+
+_register_tool_call_protocols()

@@ -14,7 +14,7 @@ retrieved page therefore cannot end the assistant turn or speak as the user.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,20 +62,38 @@ class TokenizedEpisode:
         return sum(self.loss_mask)
 
 
-def encode_prompt(tokenizer: Any, prompt_text: str, chat_template: bool | None = None) -> list[int]:
+def encode_prompt(
+    tokenizer: Any,
+    prompt_text: str,
+    chat_template: bool | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> list[int]:
     """Token ids of the prompt.
 
     With ``chat_template=None`` the tokenizer's chat template is used when it has one (instruct models),
     wrapping the prompt as one user message followed by the assistant generation prompt; the model's
     response, inserted blocks included, then continues inside that one assistant turn, as in Search-R1.
+    ``tools`` (tool-call protocols: ``info["tools"]``) go to the template's ``tools=`` argument; a template
+    that ignores them, or no template, gets them declared in the prompt text instead.
     """
+    from searchenv.tool_calls import declare_tools
+
     use_template = chat_template if chat_template is not None else bool(getattr(tokenizer, "chat_template", None))
     prompt_text = defuse_special_tokens(prompt_text, tokenizer)
     if use_template:
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt_text}], tokenize=False, add_generation_prompt=True
-        )
+        messages = [{"role": "user", "content": prompt_text}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if tools:
+            with_tools = tokenizer.apply_chat_template(
+                messages, tools=list(tools), tokenize=False, add_generation_prompt=True
+            )
+            if with_tools == text:  # the template ignores tools= (SmolLM2): declare them in the prompt
+                messages = [{"role": "user", "content": declare_tools(prompt_text, list(tools))}]
+                with_tools = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            text = with_tools
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if tools:
+        prompt_text = declare_tools(prompt_text, list(tools))
     return list(tokenizer(prompt_text, add_special_tokens=True)["input_ids"])
 
 
@@ -148,8 +166,9 @@ class EpisodeTokens:
     environment returned; :attr:`context_ids` is what the model continues from.
     """
 
-    def __init__(self, tokenizer: Any, prompt_ids: Sequence[int]):
+    def __init__(self, tokenizer: Any, prompt_ids: Sequence[int], protocol: Protocol | None = None):
         self.tokenizer = tokenizer
+        self.protocol = protocol
         self.prompt_ids = list(prompt_ids)
         self.response_ids: list[int] = []
         self.loss_mask: list[int] = []
@@ -183,11 +202,36 @@ class EpisodeTokens:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def add_env(self, text: str) -> list[int]:
-        ids = _encode_text(self.tokenizer, text, inserted=True) if text else []
+        """Record text the environment inserted (mask 0) and return its ids.
+
+        Its content never becomes a special token. The one exception is a chat-template frame the protocol
+        itself puts around a tool result (``<|im_end|>…<|im_start|>assistant``): those role markers are the
+        template's real special tokens, as the policy saw them in training data.
+        """
+        ids = self._encode_inserted(text) if text else []
         self.response_ids.extend(ids)
         self.loss_mask.extend([0] * len(ids))
         self.logprobs.extend([0.0] * len(ids))
         return ids
+
+    def _encode_inserted(self, text: str) -> list[int]:
+        protocol = self.protocol
+        frame = (protocol.information_prefix, protocol.information_suffix) if protocol is not None else ("", "")
+        framed = (
+            any(frame)
+            and text.startswith(frame[0])
+            and text.endswith(frame[1])
+            and len(text) >= len(frame[0]) + len(frame[1])
+            and any(s in frame[0] + frame[1] for s in _special_strings(self.tokenizer))
+        )
+        if not framed:
+            return _encode_text(self.tokenizer, text, inserted=True)
+        body = text[len(frame[0]) : len(text) - len(frame[1])]
+        return (
+            _encode_text(self.tokenizer, frame[0])
+            + _encode_text(self.tokenizer, body, inserted=True)
+            + _encode_text(self.tokenizer, frame[1])
+        )
 
     @property
     def context_ids(self) -> list[int]:
@@ -223,7 +267,13 @@ def tokenize_episode(
         raise ValueError(
             f"model_token_ids has {len(model_token_ids)} turns but the episode has {model_segments} model segments"
         )
-    builder = EpisodeTokens(tokenizer, encode_prompt(tokenizer, episode.prompt, chat_template))
+    tools = None
+    if episode.protocol.tools_json:
+        from searchenv.tool_calls import tools_of
+
+        tools = tools_of(episode.protocol)
+    prompt_ids = encode_prompt(tokenizer, episode.prompt, chat_template, tools)
+    builder = EpisodeTokens(tokenizer, prompt_ids, episode.protocol)
     turn = 0
     for segment in episode.segments:
         if segment.author == "env":
