@@ -16,7 +16,7 @@ from typing import Any
 
 from searchenv.arguments import HelpFormatter, add_env_arguments, env_kwargs, positive_int, run_handler
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "reference_markdown"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,7 +59,7 @@ def _end_message(env: Any, reward: float, info: dict[str, Any]) -> str:
     if episode.terminated:
         why = f"answered after {episode.num_actions} of {limit} actions"
     else:
-        why = f"the action budget ran out ({limit} actions) before an answer"
+        why = f"the action budget ran out ({limit} action{'s' if limit > 1 else ''}) before an answer"
     return (
         f"episode over: {why}.\n"
         f"reward {reward:.3f}  prediction {info['prediction']!r}  gold {list(episode.example.golden_answers)}\n"
@@ -191,6 +191,42 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_ppo_parser(commands)
     add_train_trl_parser(commands)
     return parser
+
+
+def _options_table(actions: Sequence[argparse.Action]) -> list[str]:
+    lines = ["| option | default | meaning |", "|---|---|---|"]
+    for action in actions:
+        flag = ", ".join(action.option_strings) or action.dest
+        if action.required:
+            default = "required"
+        elif action.default is None or action.default is False or action.default == []:
+            default = ""
+        else:
+            default = f"`{action.default}`"
+        meaning = " ".join((action.help or "").split()).replace("|", "\\|")
+        if action.choices:
+            meaning += f" (one of {', '.join(map(str, action.choices))})"
+        lines.append(f"| `{flag}` | {default} | {meaning} |")
+    return lines
+
+
+def reference_markdown() -> str:
+    """Every subcommand's options and defaults as markdown, straight from the parsers (the body of docs/cli.md)."""
+    shared = argparse.ArgumentParser(add_help=False)
+    add_env_arguments(shared)
+    shared_defaults = {a.dest: a.default for a in shared._actions}
+    lines = ["### Environment options (every command that builds an environment)", ""]
+    lines += [*_options_table(shared._actions), ""]
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        actions = [a for a in sub._actions if not isinstance(a, argparse._HelpAction)]
+        takes_env = set(shared_defaults) <= {a.dest for a in actions}
+        own = [a for a in actions if not takes_env or shared_defaults.get(a.dest, a) != a.default]
+        lines += [f"### `searchenv {name}`", "", " ".join((sub.description or sub.format_usage()).split())]
+        if takes_env:
+            lines.append("\nTakes the environment options above; its own options and changed defaults:")
+        lines += ["", *_options_table(own), ""]
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -70,7 +70,8 @@ def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
     study = subparsers.add_parser(
         "study",
         help="compare search engines (random, bm25, e5-hnsw, e5-exact) by answer recall@k, QPS and latency",
-        description=__doc__.split("\n\n")[0],
+        description="Compare search engines by answer recall@k, batched queries/s and single-query latency on QA "
+        "datasets, without training a model (the retrieval side of the Search-R1 study). See docs/study.md.",
     )
     study.add_argument(
         "--dataset",
@@ -95,7 +96,11 @@ def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--engine", default=None, help="BM25 implementation: native | lucene | bm25s | rank-bm25 (default native)"
     )
     study.add_argument("--limit", type=positive_int, default=None, help="first N questions of each dataset")
-    study.add_argument("--index-root", default=str(DEFAULT_INDEX_ROOT), help="cache for dense vectors and indexes")
+    study.add_argument(
+        "--index-root",
+        default=None,
+        help="cache for vectors and indexes (default: $SEARCHENV_CACHE/indexes, else ~/.cache/searchenv/indexes)",
+    )
     study.add_argument("--ef-search", type=positive_int, default=16, help="HNSW efSearch (16 = faiss default)")
     study.add_argument("--batch-size", type=positive_int, default=64, help="questions per search call (QPS)")
     study.add_argument(
@@ -245,6 +250,7 @@ def run_study(args: argparse.Namespace) -> int:
     from searchenv.components import load_corpus, load_examples
 
     check_study_arguments(args)
+    args.index_root = args.index_root or str(DEFAULT_INDEX_ROOT)
     out = Path(args.output)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)

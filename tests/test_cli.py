@@ -135,6 +135,19 @@ def test_help_names_the_command_and_shows_defaults(command, capsys):
         assert "(default: train)" in text
 
 
+def test_docs_reference_is_generated_from_the_parsers():
+    from pathlib import Path
+
+    from searchenv.cli import reference_markdown
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    documented = text.split("<!-- reference:start -->\n", 1)[1].split("\n<!-- reference:end -->", 1)[0]
+    assert documented == reference_markdown(), (
+        "docs/cli.md is out of date: paste the output of "
+        "`python -c 'from searchenv.cli import reference_markdown; print(reference_markdown())'` between its markers"
+    )
+
+
 def test_play_reads_actions_from_stdin():
     out = run_cli("play", "--seed", "0", stdin="<search> Brosara founded </search>\n<answer> 999 </answer>\n")
     assert out.returncode == 0, out.stderr
