@@ -233,13 +233,12 @@ def check_retriever(
     """Raise if ``retriever`` with ``options`` over ``corpus`` cannot be built; loads nothing.
 
     A named engine needs a corpus unless the questions come from the embedded world (which brings its own).
+    ``options`` only apply to a retriever built from a name; a ready object is used as it is.
     """
     from searchenv.retrievers import check_retriever_options
 
     options = dict(options or {})
-    if not isinstance(retriever, str):
-        if options:
-            raise ValueError(f"retriever options {sorted(options)} cannot apply to a ready retriever object")
+    if not isinstance(retriever, str):  # a ready object was built with its options already: they are not re-applied
         if not isinstance(retriever, Retriever):
             raise TypeError(
                 f"retriever must be a name, a URL or an object with search(queries, k); got {type(retriever)!r}"
