@@ -14,11 +14,11 @@ Two rules:
 * **One caching policy.** A builder whose arguments are plain values (strings, numbers, booleans, ``None``,
   paths, and lists or mappings of those) returns one shared instance per distinct set of arguments for the
   life of the process: a hundred environments over ``corpus="wiki.jsonl", retriever="bm25"`` read the corpus
-  and build the index once. Paths are compared after ``os.path.abspath``. An argument that is an object (a
-  :class:`~searchenv.types.Corpus`, an encoder, a retriever, a reward spec) is used as given and nothing built
-  from it is cached: the caller owns it. A file is read once per key, so a file changed on disk after its
-  first use is seen only after :func:`clear_cache` (which also lets the memory go once no environment holds
-  the instances).
+  and build the index once. Corpus, dataset, reward and encoder paths are compared after ``os.path.abspath``.
+  An argument that is an object (a :class:`~searchenv.types.Corpus`, an encoder, a retriever, a reward spec)
+  is used as given and nothing built from it is cached: the caller owns it. A file is read once per key, so a
+  file changed on disk after its first use is seen only after :func:`clear_cache` (which also lets the memory
+  go once no environment holds the instances).
 
 Split: :data:`DEFAULT_SPLIT` is ``"train"`` for every entry point. An environment exists to be trained in, and
 a default that is safe for training keeps held-out questions out of a run that did not ask for them;
