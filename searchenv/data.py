@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from searchenv.components import DEFAULT_SPLIT
 from searchenv.types import QAExample
 
 __all__ = ["HUB_DATASETS", "HUB_REPO", "example_from_row", "golden_answers", "load_dataset"]
@@ -148,7 +149,7 @@ def _hub_rows(name: str, split: str, data_dir: str | os.PathLike[str] | None) ->
 
 def load_dataset(
     dataset: str | os.PathLike[str] | Sequence[Mapping[str, Any] | QAExample],
-    split: str = "train",
+    split: str = DEFAULT_SPLIT,
     *,
     limit: int | None = None,
     data_dir: str | os.PathLike[str] | None = None,
@@ -158,7 +159,7 @@ def load_dataset(
     Args:
         dataset: ``"world"`` (the embedded generated world), one of :data:`HUB_DATASETS`, a path to a
             ``.jsonl``/``.json``/``.parquet`` file, or a list of row dicts / :class:`QAExample`.
-        split: which split of a named dataset (files and lists ignore it).
+        split: which split of a named dataset (files and lists ignore it); ``"train"`` by default, as everywhere.
         limit: keep only the first ``limit`` questions.
         data_dir: local folder overriding the hub for named datasets.
     """

@@ -16,8 +16,12 @@ __all__ = ["run_demo"]
 _RULE = "─" * 100
 
 
-def run_demo(args: argparse.Namespace, make_env: Callable[[argparse.Namespace], Any]) -> int:
-    """Play ``args.episodes`` episodes with ``args.model`` and print each transcript and its score."""
+def run_demo(args: argparse.Namespace, env_kwargs: dict[str, Any], make_env: Callable[[dict[str, Any]], Any]) -> int:
+    """Play ``args.episodes`` episodes with ``args.model`` and print each transcript and its score.
+
+    ``env_kwargs`` are checked ``SearchQAEnv`` arguments (:func:`searchenv.arguments.env_kwargs`), so a wrong
+    option has failed before the model loads.
+    """
     from searchenv.adapters.generation import HFGenerator, SamplingConfig, load_policy, rollout
 
     print(f"loading {args.model} …", flush=True)
@@ -29,7 +33,7 @@ def run_demo(args: argparse.Namespace, make_env: Callable[[argparse.Namespace], 
         chat_template={"auto": None, "on": True, "off": False}[args.chat_template],
     )
     generator = HFGenerator(model, tokenizer, sampling)
-    first = make_env(args)
+    first = make_env(env_kwargs)
     envs = [first, *(first.unwrapped.sibling() for _ in range(args.episodes - 1))]
     start = time.perf_counter()
     results = rollout(envs, generator, sampling, seed=args.seed)

@@ -10,16 +10,17 @@ which serves every pending search of the batch with a single ``Retriever.search`
 from __future__ import annotations
 
 import copy
-import functools
 import os
+from dataclasses import replace
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import gymnasium as gym
 
-from searchenv.data import example_from_row, load_dataset
+from searchenv.components import DEFAULT_SPLIT, env_components
+from searchenv.data import example_from_row
 from searchenv.episode import Episode
-from searchenv.protocol import Protocol, get_protocol, parse_action
+from searchenv.protocol import Protocol, parse_action
 from searchenv.reward_specs.base import RewardResult, Rollout
 from searchenv.spaces import UnicodeText
 from searchenv.stepping import StepOutcome, StepPlan, StepResult, step_batch, step_batch_async
@@ -34,61 +35,6 @@ RetrievalErrorPolicy = Literal["observe", "raise"]
 
 
 # -- shared resources ---------------------------------------------------------------------------------
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
-
-
-@functools.lru_cache(maxsize=8)
-def _cached_corpus(corpus: str) -> Corpus:
-    return Corpus.from_jsonl(corpus)
-
-
-@functools.lru_cache(maxsize=8)
-def _cached_retriever(name: str, corpus: str | None, options: tuple[tuple[str, Any], ...]) -> Retriever:
-    from searchenv.retrievers import make_retriever
-
-    return make_retriever(name, _load_corpus(corpus), **dict(options))
-
-
-def _load_corpus(corpus: str | os.PathLike[str] | Corpus | None) -> Corpus:
-    if corpus is None or str(corpus) == "world":
-        from searchenv.world import default_world
-
-        return default_world().corpus
-    if isinstance(corpus, Corpus):
-        return corpus
-    return _cached_corpus(os.fspath(corpus))
-
-
-def _build_retriever(
-    retriever: str | Retriever,
-    corpus: str | os.PathLike[str] | Corpus | None,
-    dataset: Any,
-    options: Mapping[str, Any],
-) -> Retriever:
-    """Resolve ``retriever=``; equal string arguments share one instance, so N envs build one index."""
-    from searchenv.retrievers import RETRIEVERS, make_retriever
-
-    if not isinstance(retriever, str) or retriever.startswith(("http://", "https://")):
-        return make_retriever(retriever, **options)
-    if retriever not in RETRIEVERS:
-        return make_retriever(retriever)  # raises the "unknown retriever" error with the valid choices
-    if corpus is None and not (isinstance(dataset, str) and dataset == "world"):
-        raise ValueError(
-            f"retriever {retriever!r} needs a corpus: pass corpus='path/to/passages.jsonl' (a jsonl of "
-            "{'id','contents'} rows), a searchenv.Corpus, or retriever='http://host:port' for a running server"
-        )
-    corpus_key = None if corpus is None else corpus if isinstance(corpus, Corpus) else os.fspath(corpus)
-    option_items = tuple(sorted(options.items()))
-    if isinstance(corpus_key, str) and _hashable(option_items):
-        return _cached_retriever(retriever, corpus_key, option_items)
-    return make_retriever(retriever, _load_corpus(corpus), **options)
 
 
 def _clip_passages(passages: Sequence[Passage], max_words: int | None) -> tuple[list[Passage], bool]:
@@ -120,7 +66,8 @@ class SearchQAEnv(gym.Env[str, str]):
     Args:
         dataset: ``"world"`` (the embedded generated world, default), a paper dataset name (``"nq"``,
             ``"hotpotqa"``, …), a path to a FlashRAG jsonl / Search-R1 parquet file, or a list of row dicts.
-        split: split of a named dataset (``"train"``/``"test"`` for the world).
+        split: split of a named dataset (``"train"``/``"test"`` for the world); ``"train"`` by default in every
+            searchenv entry point, so training never touches held-out questions unless asked to.
         corpus: passage jsonl path or :class:`~searchenv.types.Corpus`; defaults to the world's own corpus.
         retriever: ``"bm25"``, ``"random"``, ``"e5-exact"``, ``"e5-hnsw"``, an ``http://`` URL of a
             retrieval server, or any object with ``search(queries, k)``.
@@ -147,7 +94,7 @@ class SearchQAEnv(gym.Env[str, str]):
     def __init__(
         self,
         dataset: str | os.PathLike[str] | Sequence[Mapping[str, Any] | QAExample] = "world",
-        split: str = "train",
+        split: str = DEFAULT_SPLIT,
         corpus: str | os.PathLike[str] | Corpus | None = None,
         retriever: str | Retriever = "bm25",
         reward: Any = "em",
@@ -163,8 +110,6 @@ class SearchQAEnv(gym.Env[str, str]):
         data_dir: str | os.PathLike[str] | None = None,
         render_mode: str | None = None,
     ):
-        from searchenv.reward_specs import load_reward
-
         if not isinstance(topk, int) or topk < 1:
             raise ValueError(f"topk must be a positive integer, got {topk!r}")
         if not isinstance(max_turns, int) or max_turns < 1:
@@ -175,14 +120,15 @@ class SearchQAEnv(gym.Env[str, str]):
             raise ValueError(f"on_retrieval_error must be 'observe' or 'raise', got {on_retrieval_error!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
-        self.protocol = get_protocol(protocol)
-        self.examples = load_dataset(dataset, split, data_dir=data_dir)
-        self.retriever = _build_retriever(retriever, corpus, dataset, dict(retriever_options or {}))
-        self.reward_spec = load_reward(reward)
+        parts = env_components(dataset, split, corpus, retriever, reward, protocol, retriever_options, data_dir)
+        # A custom hint becomes part of the protocol, so the text path recognises it as the environment's text.
+        self.protocol = parts.protocol if invalid_hint is None else replace(parts.protocol, invalid_hint=invalid_hint)
+        self.examples = parts.examples
+        self.retriever, self.reward_spec = parts.retriever, parts.reward_spec
         self.topk = topk
         self.max_turns = max_turns
         self.budget: Budget = budget
-        self.invalid_hint = self.protocol.invalid_hint if invalid_hint is None else invalid_hint
+        self.invalid_hint = self.protocol.invalid_hint
         self.max_information_words = max_information_words
         self.max_query_chars = max_query_chars
         self.on_retrieval_error: RetrievalErrorPolicy = on_retrieval_error

