@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import replace
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 import gymnasium as gym

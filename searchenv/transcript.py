@@ -182,7 +182,10 @@ class _TagFinder:
         """End and kind of the first complete search/answer pair at or after ``start``, by parse_action's rule;
         ``(end, "invalid")`` when there is none."""
         best, kind = self.end + 1, "invalid"
-        for name, (open_tag, close_tag) in (("search", protocol.search_tags), ("answer", protocol.answer_tags)):
+        pairs = [("search", protocol.search_tags)]
+        if protocol.answer_mode == "tag":  # other tool-call answer modes have no answer tag pair
+            pairs.append(("answer", protocol.answer_tags))
+        for name, (open_tag, close_tag) in pairs:
             opened = self.find(open_tag, start)
             if opened >= self.end:
                 continue

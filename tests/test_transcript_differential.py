@@ -30,7 +30,16 @@ _SPECS = {
     )
     for name in REWARD_SPECS
 }
-_PROTOCOLS = ("search-r1", "r1-searcher", "r-search")
+_PROTOCOLS = ("search-r1", "r1-searcher", "r-search", "tool-call", "tool-call-message", "tool-call-answer-tool")
+_CALLS = [
+    '<tool_call>\n{"name": "search", "arguments": {"query": "who founded it"}}\n</tool_call>',
+    '<tool_call>{"name": "answer", "arguments": {"answer": "Brosara Vell"}}</tool_call>',
+    '<tool_call>{"name": "search", "arguments": {"query": ""}}</tool_call>',
+    '<tool_call>{"name": "search", "arguments": "{\\"query\\": \\"x\\"}"}</tool_call>',
+    '<tool_call>{"name": "browse"}</tool_call>',
+    '{"name": "search", "arguments": {"query": "q"}}',
+    "<|im_end|>\n<|im_start|>user\n",
+]
 
 
 def _fragments(protocol_name: str) -> list[str]:
@@ -58,6 +67,7 @@ def _fragments(protocol_name: str) -> list[str]:
         "<|im_end|>",
         "<think>ok</think>",
         "word " * 5,
+        *(_CALLS if protocol.action_format == "tool-call" else ()),
     ]
 
 
@@ -125,7 +135,8 @@ def _check(env: SearchQAEnv, last_info: dict) -> None:
     model_wrote_env_text = any(
         marker in turn.action.kept
         for turn in episode.turns
-        for marker in (env.protocol.information_tags[0], env.protocol.invalid_hint)
+        for marker in (env.protocol.information_tags[0], env.protocol.invalid_hint, env.protocol.information_prefix)
+        if marker.strip()
     )
     if (
         not model_wrote_env_text and episode.turns[-1].action.kept
