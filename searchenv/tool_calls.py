@@ -26,10 +26,12 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from searchenv.protocol import AnswerMode, ParsedAction, Protocol
-
 if TYPE_CHECKING:
     from searchenv.episode import Episode
+    from searchenv.protocol import AnswerMode, ParsedAction, Protocol
+
+# searchenv.protocol registers the tool-call protocols at import and so imports this module: names from it are
+# imported inside the functions that need them, which keeps either import order working.
 
 __all__ = [
     "ANSWER_TOOL",
@@ -117,6 +119,8 @@ def tool_call_protocol(tokenizer: Any | None = None, answer: AnswerMode = "tag",
     Without a tokenizer the framing is ChatML/Hermes (Qwen2.5, SmolLM2). ``answer`` picks how the answer is
     given (see the module docstring).
     """
+    from searchenv.protocol import Protocol
+
     if answer not in _PROMPTS:
         raise ValueError(f"answer must be one of {sorted(_PROMPTS)}, got {answer!r}")
     prefix, suffix = _tool_turn(tokenizer)
@@ -183,6 +187,8 @@ def parse_tool_action(text: str, protocol: Protocol) -> ParsedAction:
     as JSON. With ``answer_mode="message"`` an action without a complete tool call is the answer (its text after
     a closing ``</think>``, if the model thought aloud). Linear in ``len(text)``; never raises.
     """
+    from searchenv.protocol import ParsedAction
+
     candidates = [("call", *_CALL_TAGS)]
     if protocol.answer_mode == "tag":
         candidates.append(("answer", *protocol.answer_tags))
