@@ -1,6 +1,6 @@
 """Search backends behind one contract: ``search(queries, k) -> list[list[Passage]]``.
 
-:func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``) or a URL of
+:func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``, ``"web"``) or a URL of
 a running retrieval service into a retriever over a corpus. Engines are imported only when asked for,
 so ``import searchenv`` never pulls in torch, faiss or a JVM.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 from searchenv.types import Corpus, Retriever
 
-__all__ = ["RETRIEVERS", "make_retriever"]
+__all__ = ["CORPUS_FREE", "RETRIEVERS", "make_retriever"]
 
 #: name → "module:factory"; a factory is called as ``factory(corpus, **options)``.
 RETRIEVERS: dict[str, str] = {
@@ -20,7 +20,11 @@ RETRIEVERS: dict[str, str] = {
     "bm25": "searchenv.retrievers.bm25:BM25Retriever",
     "e5-exact": "searchenv.retrievers.dense:exact_retriever",
     "e5-hnsw": "searchenv.retrievers.dense:hnsw_retriever",
+    "web": "searchenv.retrievers.web_search:BraveSearchRetriever",
 }
+
+#: Registered retrievers that search no corpus of ours (``corpus`` may be ``None`` for them).
+CORPUS_FREE: frozenset[str] = frozenset({"web"})
 
 
 def make_retriever(spec: str | Retriever, corpus: Corpus | None = None, **options: Any) -> Retriever:
@@ -47,7 +51,7 @@ def make_retriever(spec: str | Retriever, corpus: Corpus | None = None, **option
             f"unknown retriever {spec!r}; choose one of {sorted(RETRIEVERS)}, an http(s):// URL of a "
             "retrieval server, or an object with search(queries, k)"
         ) from None
-    if corpus is None:
+    if corpus is None and spec not in CORPUS_FREE:
         raise ValueError(f"retriever {spec!r} needs a corpus to search")
     module_name, _, attr = target.partition(":")
     factory = getattr(importlib.import_module(module_name), attr)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from searchenv.retrievers import CORPUS_FREE
 from searchenv.retrievers.remote import TOKEN_ENV
 from searchenv.retrievers.server_app import ServerConfig, create_app
 from searchenv.retrievers.server_run import RetrieverBuildError, serve
@@ -27,9 +28,6 @@ from searchenv.retrievers.server_run import RetrieverBuildError, serve
 __all__ = ["ServerConfig", "add_serve_parser", "config_from_args", "create_app", "main", "run_serve", "serve"]
 
 log = logging.getLogger("searchenv.server")
-
-#: Retrievers that search something other than a corpus file of ours, so ``--corpus`` is optional for them.
-_CORPUS_FREE = ("web",)
 
 
 def _option(text: str) -> tuple[str, Any]:
@@ -94,7 +92,7 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """Turn parsed ``serve`` arguments into a :class:`ServerConfig`, failing fast on a missing corpus."""
     if args.corpus is None:
-        if args.retriever not in _CORPUS_FREE:
+        if args.retriever not in CORPUS_FREE:
             raise SystemExit(f"searchenv serve: --retriever {args.retriever} needs --corpus (a jsonl of passages)")
     elif not Path(args.corpus).is_file():
         raise SystemExit(f"searchenv serve: corpus file not found: {args.corpus}")
