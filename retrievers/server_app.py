@@ -285,8 +285,10 @@ class _State:
                 self._on_load_failure(self.error)
         finally:
             assert self._loop is not None and self.settled is not None
-            if not self._loop.is_closed():  # the server may have stopped while the engine was loading
+            try:
                 self._loop.call_soon_threadsafe(self.settled.set)
+            except RuntimeError:  # the server stopped while the engine was loading: nobody is waiting
+                pass
 
     async def wait_until_settled(self) -> None:
         """Hold a request while the engine loads, up to ``hold_while_loading_s``."""
