@@ -231,11 +231,12 @@ def sequential_qps(url: str, batches: list[list[str]], k: int, duration: float) 
     return done / (time.perf_counter() - start)
 
 
-def spawn_search_r1(server: str, corpus: str, index: str) -> tuple[subprocess.Popen[bytes], str]:
+def spawn_search_r1(server: str, corpus: str, index: str, store_raw: bool) -> tuple[subprocess.Popen[bytes], str]:
     """Start Search-R1's server (see bench/search_r1_peer.py), building its Lucene index first if missing."""
     peer = [sys.executable, str(REPO / "bench" / "search_r1_peer.py")]
     if not Path(index).is_dir():
-        subprocess.run([*peer, "index", "--corpus", corpus, "--index", index], check=True)
+        raw = ["--store-raw"] if store_raw else []
+        subprocess.run([*peer, "index", "--corpus", corpus, "--index", index, *raw], check=True)
     port = free_port()
     log = open(Path(index).parent / "search_r1_server.log", "wb")  # noqa: SIM115 - the child writes to it
     command = [*peer, "serve", "--server", server, "--corpus", corpus, "--index", index, "--port", str(port)]
@@ -257,11 +258,11 @@ def spawn_search_r1(server: str, corpus: str, index: str) -> tuple[subprocess.Po
 
 def compare_with_search_r1(args: argparse.Namespace, questions: list[str]) -> None:
     """Both servers over the same corpus and questions, same client, same run; rows interleave the two servers."""
-    index = Path(args.index).parent / "search-r1-lucene-index"
+    index = Path(args.index).parent / ("search-r1-lucene-index" + ("-raw" if args.search_r1_store_raw else ""))
     server_args = ["--retriever", "bm25", "--corpus", args.corpus, "--index", args.index, "--cache-size", "0"]
     make_retriever("bm25", Corpus.from_jsonl(args.corpus), index_dir=args.index, show_progress=False)  # build once
     ours, ours_url = spawn_server([*server_args, "--log-level", "warning"], startup_timeout=300)
-    peer, peer_url = spawn_search_r1(args.search_r1, args.corpus, str(index))
+    peer, peer_url = spawn_search_r1(args.search_r1, args.corpus, str(index), args.search_r1_store_raw)
     servers = {"searchenv": ours_url, "Search-R1": peer_url}
     rows: list[dict[str, Any]] = []
     try:
@@ -320,6 +321,11 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the figures here")
     parser.add_argument(
         "--search-r1", default=None, help="Search-R1's retrieval_server.py: compare with its server instead"
+    )
+    parser.add_argument(
+        "--search-r1-store-raw",
+        action="store_true",
+        help="give Search-R1's server an index with stored documents (-storeRaw) instead of its datasets corpus",
     )
     args = parser.parse_args()
 

@@ -4,6 +4,7 @@ Search-R1's code is not part of searchenv: fetch the repository (github.com/Pete
 the path of its ``search_r1/search/retrieval_server.py``. Two steps, as its README describes them:
 
     # 1. its index builder's BM25 step: Anserini IndexCollection over the corpus jsonl, 1 thread, no stored docs
+    #    (--store-raw: documents stored in the index, as in pyserini's prebuilt indexes)
     python bench/search_r1_peer.py index --corpus union.jsonl --index /tmp/sr1-bm25
     # 2. its server: `retrieval_server.py --retriever_name bm25 --index_path ... --corpus_path ... --topk 3`
     python bench/search_r1_peer.py serve --server PATH/retrieval_server.py --corpus union.jsonl \
@@ -26,8 +27,12 @@ import tempfile
 from pathlib import Path
 
 
-def build_index(corpus: Path, index: Path) -> None:
-    """Search-R1's ``index_builder.py --retrieval_method bm25``: the corpus file as a JsonCollection, 1 thread."""
+def build_index(corpus: Path, index: Path, store_raw: bool = False) -> None:
+    """Search-R1's ``index_builder.py --retrieval_method bm25``: the corpus file as a JsonCollection, 1 thread.
+
+    ``store_raw`` adds Anserini's ``-storeRaw`` (as prebuilt pyserini indexes have): the server then reads each
+    hit's document from the index instead of from the corpus loaded with ``datasets``.
+    """
     from searchenv.retrievers.lucene import start_jvm
 
     jnius = start_jvm()
@@ -36,7 +41,7 @@ def build_index(corpus: Path, index: Path) -> None:
         args = jnius.autoclass("io.anserini.index.IndexCollection$Args")()
         args.input, args.index = collection, str(index)
         args.collectionClass, args.generatorClass = "JsonCollection", "DefaultLuceneDocumentGenerator"
-        args.threads, args.quiet = 1, True
+        args.threads, args.quiet, args.storeRaw = 1, True, store_raw
         jnius.autoclass("io.anserini.index.IndexCollection")(args).run()
 
 
@@ -74,6 +79,7 @@ def main() -> None:
     index = sub.add_parser("index")
     index.add_argument("--corpus", type=Path, required=True)
     index.add_argument("--index", type=Path, required=True)
+    index.add_argument("--store-raw", action="store_true", help="store raw documents in the index (-storeRaw)")
     run = sub.add_parser("serve")
     run.add_argument("--server", type=Path, required=True, help="Search-R1's search_r1/search/retrieval_server.py")
     run.add_argument("--corpus", type=Path, required=True)
@@ -82,7 +88,7 @@ def main() -> None:
     run.add_argument("--topk", type=int, default=3)
     args = parser.parse_args()
     if args.command == "index":
-        build_index(args.corpus, args.index)
+        build_index(args.corpus, args.index, args.store_raw)
     else:
         serve(args.server, args.corpus, args.index, args.port, args.topk)
 
