@@ -19,7 +19,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -124,25 +124,16 @@ class StoredContents:
 
     @classmethod
     def scan(cls, path: str | os.PathLike[str]) -> StoredContents:
-        """Read the corpus jsonl's ``contents`` fields (rows with ``title``/``text`` are spelt ``title\ntext``)."""
-        from searchenv.types import split_contents
-
-        rows: list[tuple[str, str, str, str]] = []  # id, title, text, stored contents
-        with Path(path).open(encoding="utf-8") as handle:
-            for line in handle:
-                if not line.strip():
-                    continue
-                row = json.loads(line)
-                if "contents" in row:
-                    stored = str(row["contents"])
-                    title, text = split_contents(stored)
-                else:
-                    title, text = str(row["title"]), str(row["text"])
-                    stored = f"{title}\n{text}"
-                rows.append((str(row["id"]), title, text, stored))
-        quoted = sum(stored.startswith('"') for *_, stored in rows) * 2 >= len(rows)
-        layout = cls(quoted)
-        layout.verbatim = {pid: stored for pid, title, text, stored in rows if layout._rebuild(title, text) != stored}
+        """Two streaming passes over the corpus jsonl (memory: only the exceptions), rows with ``title``/``text``
+        counting as ``title\\ntext``."""
+        quoted = total = 0
+        for _, _, _, stored in _stored_rows(path):
+            quoted += stored.startswith('"')
+            total += 1
+        layout = cls(quoted * 2 >= total)
+        for pid, title, text, stored in _stored_rows(path):
+            if layout._rebuild(title, text) != stored:
+                layout.verbatim[pid] = stored
         return layout
 
     def _rebuild(self, title: str, text: str) -> str:
@@ -151,6 +142,24 @@ class StoredContents:
     def contents(self, passage: Passage) -> str:
         found = self.verbatim.get(passage.id)
         return found if found is not None else self._rebuild(passage.title, passage.text)
+
+
+def _stored_rows(path: str | os.PathLike[str]) -> Iterator[tuple[str, str, str, str]]:
+    """``(id, title, text, contents as stored)`` per corpus row, title and text split as :class:`Corpus` does."""
+    from searchenv.types import split_contents
+
+    with Path(path).open(encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if "contents" in row:
+                stored = str(row["contents"])
+                title, text = split_contents(stored)
+            else:
+                title, text = str(row["title"]), str(row["text"])
+                stored = f"{title}\n{text}"
+            yield str(row["id"]), title, text, stored
 
 
 class _RequestError(Exception):
