@@ -264,6 +264,7 @@ def compare_with_search_r1(args: argparse.Namespace, questions: list[str]) -> No
     ours, ours_url = spawn_server([*server_args, "--log-level", "warning"], startup_timeout=300)
     peer, peer_url = spawn_search_r1(args.search_r1, args.corpus, str(index), args.search_r1_store_raw)
     servers = {"searchenv": ours_url, "Search-R1": peer_url}
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
     rows: list[dict[str, Any]] = []
     try:
         for name, url in servers.items():  # warm both as their users would: full passes (JVM JIT, numba, caches)
@@ -287,6 +288,7 @@ def compare_with_search_r1(args: argparse.Namespace, questions: list[str]) -> No
         for process in (ours, peer):
             process.terminate()
             process.wait(timeout=30)
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
     print("\n| load (Search-R1's client: requests.post) | searchenv q/s | Search-R1 q/s | ratio |")
     print("|---|---|---|---|")
     for mine, theirs in zip(rows[::2], rows[1::2], strict=True):
