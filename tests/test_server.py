@@ -203,6 +203,7 @@ def test_app_reports_an_engine_that_cannot_be_built(corpus_path: Path) -> None:
         assert refused.status_code == 503 and refused.json()["error"] == "retriever_failed"
 
 
+@pytest.mark.slow
 def test_serve_exits_non_zero_with_the_cause_when_the_engine_cannot_be_built(corpus_path: Path) -> None:
     for options in (["--option", "no_such_option=1"], ["--retriever", "nosuchmodule:factory"]):
         command = [sys.executable, "-m", "searchenv.retrievers.server", "--corpus", str(corpus_path), *options]
