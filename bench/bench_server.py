@@ -59,7 +59,8 @@ def in_process_qps(retriever: object, batches: list[list[str]], k: int, duration
         retriever.search(batch, k)  # type: ignore[attr-defined]
         done += len(batch)
         i += 1
-    return done / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    return {"qps": done / elapsed, "s": elapsed}
 
 
 def _imported(_: int) -> bool:
@@ -214,8 +215,8 @@ def load_run(
     }
 
 
-def sequential_qps(url: str, batches: list[list[str]], k: int, duration: float) -> float:
-    """Queries/s of one client posting ``batches`` back to back with ``requests.post`` (Search-R1's client)."""
+def sequential_qps(url: str, batches: list[list[str]], k: int, duration: float) -> dict[str, float]:
+    """``{"qps", "s"}`` of one client posting ``batches`` back to back with ``requests.post`` (Search-R1's client)."""
     import requests
 
     done, i = 0, 0
@@ -228,7 +229,15 @@ def sequential_qps(url: str, batches: list[list[str]], k: int, duration: float) 
             raise RuntimeError(f"{url} answered {response.status_code}: {response.text[:300]}")
         done += len(batch)
         i += 1
-    return done / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    return {"qps": done / elapsed, "s": elapsed}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux ``/proc``): a server's cost per query that, unlike
+    wall-clock throughput, barely moves when other jobs share the machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def spawn_search_r1(server: str, corpus: str, index: str, store_raw: bool) -> tuple[subprocess.Popen[bytes], str]:
@@ -271,32 +280,46 @@ def compare_with_search_r1(args: argparse.Namespace, questions: list[str]) -> No
             for _ in range(2):
                 for batch in tqdm(batches_of(questions, 64), desc=f"warming {name}", leave=False):
                     httpx.post(f"{url}/retrieve", json={"queries": batch, "topk": args.k, "return_scores": True})
+        pids = {"searchenv": ours.pid, "Search-R1": peer.pid}
+
+        def measured(name: str, load: str, run: Callable[[], dict[str, Any]]) -> None:
+            cpu_before = cpu_seconds(pids[name])
+            row = {"server": name, "load": load, **run()}
+            row["server_cpu_us_per_query"] = 1e6 * (cpu_seconds(pids[name]) - cpu_before) / (row["qps"] * row["s"])
+            rows.append(row)
+            print(json.dumps(row))
+
         for size in (1, 16, 64, 512):
             batches = batches_of(questions, size)
             for name, url in servers.items():
-                qps = sequential_qps(url, batches, args.k, args.duration)
-                rows.append({"server": name, "load": f"1 client, batch {size}", "qps": qps})
-                print(json.dumps(rows[-1]))
+                measured(name, f"1 client, batch {size}", lambda: sequential_qps(url, batches, args.k, args.duration))
         for clients in (8, 32):
+            batches = batches_of(questions, 16)
             for name, url in servers.items():
-                row = load_run(
-                    "requests", url, clients, args.client_procs, batches_of(questions, 16), args.k, args.duration
+                measured(
+                    name,
+                    f"{clients} clients × batch 16",
+                    lambda: {
+                        **load_run("requests", url, clients, args.client_procs, batches, args.k, args.duration),
+                        "s": args.duration,
+                    },
                 )
-                rows.append({"server": name, "load": f"{clients} clients × batch 16", **row})
-                print(json.dumps(rows[-1]))
     finally:
         for process in (ours, peer):
             process.terminate()
             process.wait(timeout=30)
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
-    print("\n| load (Search-R1's client: requests.post) | searchenv q/s | Search-R1 q/s | ratio |")
-    print("|---|---|---|---|")
+    print(
+        "\n| load (Search-R1's client: requests.post) | searchenv q/s | Search-R1 q/s | ratio | server CPU µs/query |"
+    )
+    print("|---|---|---|---|---|")
     for mine, theirs in zip(rows[::2], rows[1::2], strict=True):
         extra = ""
         if "p99_ms" in mine:
             extra = f" (p99 {mine['p99_ms']:.0f} / {theirs['p99_ms']:.0f} ms)"
         ratio = mine["qps"] / theirs["qps"]
-        print(f"| {mine['load']}{extra} | {mine['qps']:,.0f} | {theirs['qps']:,.0f} | {ratio:.2f}× |")
+        cpu = f"{mine['server_cpu_us_per_query']:,.0f} / {theirs['server_cpu_us_per_query']:,.0f}"
+        print(f"| {mine['load']}{extra} | {mine['qps']:,.0f} | {theirs['qps']:,.0f} | {ratio:.2f}× | {cpu} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "args": vars(args)}, indent=2))
 
