@@ -9,6 +9,11 @@ rows so every query is really searched. ``--group G`` adds a GRPO-like run: 32 c
 same batches (a group's episodes share their question), served with the cache off and on.
 
     python bench/bench_server.py --retriever bm25 --clients 1,8,32,64 --duration 10
+
+``--search-r1 PATH/retrieval_server.py`` instead compares searchenv's server with Search-R1's own server (BM25 over
+a Lucene index of the same corpus, started by ``bench/search_r1_peer.py``) in the same run, both driven by
+Search-R1's own kind of client — ``requests.post(url, json=payload).json()``, as its ``generation.py`` does: one
+client sending batches of 1/16/64/512 back to back, then 8 and 32 concurrent clients with batches of 16.
 """
 
 from __future__ import annotations
@@ -19,8 +24,11 @@ import json
 import multiprocessing as mp
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +37,13 @@ from tqdm.auto import tqdm
 
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.remote import RemoteRetriever
-from searchenv.retrievers.server import spawn_server
 from searchenv.types import Corpus
 
-DATA = Path(os.environ.get("SEARCHENV_DATA", "/work/shared/data"))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the loopback-server helpers the tests use
+from servers import free_port, spawn_server  # noqa: E402
+
+DATA = Path(os.environ.get("SEARCHENV_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
 def batches_of(questions: list[str], size: int) -> list[list[str]]:
@@ -48,7 +59,8 @@ def in_process_qps(retriever: object, batches: list[list[str]], k: int, duration
         retriever.search(batch, k)  # type: ignore[attr-defined]
         done += len(batch)
         i += 1
-    return done / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    return {"qps": done / elapsed, "s": elapsed}
 
 
 def _imported(_: int) -> bool:
@@ -79,6 +91,26 @@ async def _sender(kind: str, url: str, k: int, connections: int) -> tuple[Callab
 
     def ok_of(status: int, result: list[Any], batch: list[str]) -> bool:
         return status == 200 and len(result) == len(batch) and all(len(r) == k for r in result)
+
+    if kind == "requests":  # Search-R1's own client: requests.post(url, json=payload).json(), one thread per client
+        import requests
+
+        executor = ThreadPoolExecutor(max_workers=connections)
+
+        def post(batch: list[str]) -> tuple[bool, str]:
+            try:
+                response = requests.post(f"{url}/retrieve", json=body_of(batch), timeout=60)
+                return ok_of(response.status_code, response.json()["result"], batch), ""
+            except Exception as exc:  # noqa: BLE001 - counted as an error
+                return False, repr(exc)
+
+        async def send_requests(batch: list[str]) -> tuple[bool, str]:
+            return await asyncio.get_running_loop().run_in_executor(executor, post, batch)
+
+        async def close_requests() -> None:
+            executor.shutdown()
+
+        return send_requests, close_requests
 
     if kind == "httpx-async":  # the transport RemoteRetriever does not use: kept to show why
         client = httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=connections))
@@ -183,6 +215,115 @@ def load_run(
     }
 
 
+def sequential_qps(url: str, batches: list[list[str]], k: int, duration: float) -> dict[str, float]:
+    """``{"qps", "s"}`` of one client posting ``batches`` back to back with ``requests.post`` (Search-R1's client)."""
+    import requests
+
+    done, i = 0, 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < duration:
+        batch = batches[i % len(batches)]
+        response = requests.post(f"{url}/retrieve", json={"queries": batch, "topk": k, "return_scores": True})
+        result = response.json()["result"]
+        if response.status_code != 200 or len(result) != len(batch):
+            raise RuntimeError(f"{url} answered {response.status_code}: {response.text[:300]}")
+        done += len(batch)
+        i += 1
+    elapsed = time.perf_counter() - start
+    return {"qps": done / elapsed, "s": elapsed}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux ``/proc``): a server's cost per query that, unlike
+    wall-clock throughput, barely moves when other jobs share the machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def spawn_search_r1(server: str, corpus: str, index: str, store_raw: bool) -> tuple[subprocess.Popen[bytes], str]:
+    """Start Search-R1's server (see bench/search_r1_peer.py), building its Lucene index first if missing."""
+    peer = [sys.executable, str(REPO / "bench" / "search_r1_peer.py")]
+    if not Path(index).is_dir():
+        raw = ["--store-raw"] if store_raw else []
+        subprocess.run([*peer, "index", "--corpus", corpus, "--index", index, *raw], check=True)
+    port = free_port()
+    log = open(Path(index).parent / "search_r1_server.log", "wb")  # noqa: SIM115 - the child writes to it
+    command = [*peer, "serve", "--server", server, "--corpus", corpus, "--index", index, "--port", str(port)]
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"Search-R1's server exited with {process.returncode}; see {log.name}")
+        try:
+            if httpx.post(f"{url}/retrieve", json={"queries": ["x"], "topk": 1, "return_scores": True}).is_success:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    process.kill()
+    raise RuntimeError(f"Search-R1's server not ready after 300 s; see {log.name}")
+
+
+def compare_with_search_r1(args: argparse.Namespace, questions: list[str]) -> None:
+    """Both servers over the same corpus and questions, same client, same run; rows interleave the two servers."""
+    index = Path(args.index).parent / ("search-r1-lucene-index" + ("-raw" if args.search_r1_store_raw else ""))
+    server_args = ["--retriever", "bm25", "--corpus", args.corpus, "--index", args.index, "--cache-size", "0"]
+    make_retriever("bm25", Corpus.from_jsonl(args.corpus), index_dir=args.index, show_progress=False)  # build once
+    ours, ours_url = spawn_server([*server_args, "--log-level", "warning"], startup_timeout=300)
+    peer, peer_url = spawn_search_r1(args.search_r1, args.corpus, str(index), args.search_r1_store_raw)
+    servers = {"searchenv": ours_url, "Search-R1": peer_url}
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
+    rows: list[dict[str, Any]] = []
+    try:
+        for name, url in servers.items():  # warm both as their users would: full passes (JVM JIT, numba, caches)
+            for _ in range(2):
+                for batch in tqdm(batches_of(questions, 64), desc=f"warming {name}", leave=False):
+                    httpx.post(f"{url}/retrieve", json={"queries": batch, "topk": args.k, "return_scores": True})
+        pids = {"searchenv": ours.pid, "Search-R1": peer.pid}
+
+        def measured(name: str, load: str, run: Callable[[], dict[str, Any]]) -> None:
+            cpu_before = cpu_seconds(pids[name])
+            row = {"server": name, "load": load, **run()}
+            row["server_cpu_us_per_query"] = 1e6 * (cpu_seconds(pids[name]) - cpu_before) / (row["qps"] * row["s"])
+            rows.append(row)
+            print(json.dumps(row))
+
+        for size in (1, 16, 64, 512):
+            batches = batches_of(questions, size)
+            for name, url in servers.items():
+                measured(name, f"1 client, batch {size}", lambda: sequential_qps(url, batches, args.k, args.duration))
+        for clients in (8, 32):
+            batches = batches_of(questions, 16)
+            for name, url in servers.items():
+                measured(
+                    name,
+                    f"{clients} clients × batch 16",
+                    lambda: {
+                        **load_run("requests", url, clients, args.client_procs, batches, args.k, args.duration),
+                        "s": args.duration,
+                    },
+                )
+    finally:
+        for process in (ours, peer):
+            process.terminate()
+            process.wait(timeout=30)
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
+    print(
+        "\n| load (Search-R1's client: requests.post) | searchenv q/s | Search-R1 q/s | ratio | server CPU µs/query |"
+    )
+    print("|---|---|---|---|---|")
+    for mine, theirs in zip(rows[::2], rows[1::2], strict=True):
+        extra = ""
+        if "p99_ms" in mine:
+            extra = f" (p99 {mine['p99_ms']:.0f} / {theirs['p99_ms']:.0f} ms)"
+        ratio = mine["qps"] / theirs["qps"]
+        cpu = f"{mine['server_cpu_us_per_query']:,.0f} / {theirs['server_cpu_us_per_query']:,.0f}"
+        print(f"| {mine['load']}{extra} | {mine['qps']:,.0f} | {theirs['qps']:,.0f} | {ratio:.2f}× | {cpu} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "args": vars(args)}, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--retriever", default="bm25")
@@ -203,9 +344,20 @@ def main() -> None:
         help="remote (RemoteRetriever), aiohttp (lean generator), httpx-async",
     )
     parser.add_argument("--json", default=None, help="also write the figures here")
+    parser.add_argument(
+        "--search-r1", default=None, help="Search-R1's retrieval_server.py: compare with its server instead"
+    )
+    parser.add_argument(
+        "--search-r1-store-raw",
+        action="store_true",
+        help="give Search-R1's server an index with stored documents (-storeRaw) instead of its datasets corpus",
+    )
     args = parser.parse_args()
 
     questions = [json.loads(line)["question"] for line in Path(args.questions).read_text(encoding="utf-8").splitlines()]
+    if args.search_r1:
+        compare_with_search_r1(args, questions)
+        return
     batches = batches_of(questions, args.batch)
     corpus = Corpus.from_jsonl(args.corpus)
     options = {"index_dir": args.index, "show_progress": False, "rebuild": True} if args.retriever == "bm25" else {}

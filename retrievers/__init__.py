@@ -1,6 +1,6 @@
 """Search backends behind one contract: ``search(queries, k) -> list[list[Passage]]``.
 
-:func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``), a
+:func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``, ``"web"``), a
 ``"package.module:factory"`` reference or a URL of a running retrieval service into a retriever over a corpus.
 Engines are imported only when asked for, so ``import searchenv`` never pulls in torch, faiss or a JVM.
 
@@ -21,7 +21,14 @@ from typing import Any
 
 from searchenv.types import Corpus, Retriever
 
-__all__ = ["REMOTE_OPTIONS", "RETRIEVERS", "RETRIEVER_OPTIONS", "check_retriever_options", "make_retriever"]
+__all__ = [
+    "CORPUS_FREE",
+    "REMOTE_OPTIONS",
+    "RETRIEVERS",
+    "RETRIEVER_OPTIONS",
+    "check_retriever_options",
+    "make_retriever",
+]
 
 #: name → "module:factory"; a factory is called as ``factory(corpus, **options)``.
 RETRIEVERS: dict[str, str] = {
@@ -29,7 +36,11 @@ RETRIEVERS: dict[str, str] = {
     "bm25": "searchenv.retrievers.bm25:BM25Retriever",
     "e5-exact": "searchenv.retrievers.dense:exact_retriever",
     "e5-hnsw": "searchenv.retrievers.dense:hnsw_retriever",
+    "web": "searchenv.retrievers.web_search:BraveSearchRetriever",
 }
+
+#: Registered retrievers that search no corpus of ours (``corpus`` may be ``None`` for them).
+CORPUS_FREE: frozenset[str] = frozenset({"web"})
 
 # Option types: ``int``/``float``/``bool``/``str`` are checked (``None`` always means "the engine's default");
 # ``object`` accepts anything (e.g. an Encoder instance for ``encoder``). ``str`` also accepts paths.
@@ -63,11 +74,26 @@ RETRIEVER_OPTIONS: dict[str, dict[str, type]] = {
     },
     "e5-exact": dict(_DENSE_OPTIONS),
     "e5-hnsw": {**_DENSE_OPTIONS, "m": int, "ef_construction": int, "ef_search": int},
+    "web": {
+        "api_key": str,
+        "api_key_env": str,
+        "endpoint": str,
+        "timeout": float,
+        "retry_window": float,
+        "retries": int,
+        "backoff": float,
+        "max_backoff": float,
+        "concurrency": int,
+        "min_interval": float,
+        "params": object,
+        "seed": int,
+    },
 }
 
 #: Options of the HTTP client (:class:`~searchenv.retrievers.remote.RemoteRetriever`) used for ``http(s)://`` URLs.
 REMOTE_OPTIONS: dict[str, type] = {
     "timeout": float,
+    "retry_window": float,
     "retries": int,
     "backoff": float,
     "max_backoff": float,
@@ -155,7 +181,7 @@ def make_retriever(spec: str | Retriever, corpus: Corpus | None = None, **option
         from searchenv.retrievers.remote import RemoteRetriever
 
         return RemoteRetriever(spec, **options)
-    if corpus is None:
+    if corpus is None and spec not in CORPUS_FREE:
         raise ValueError(f"retriever {spec!r} needs a corpus to search")
     module_name, _, attr = (spec if _is_factory_reference(spec) else RETRIEVERS[spec]).partition(":")
     factory = getattr(importlib.import_module(module_name), attr)

@@ -2,78 +2,69 @@
 
 ``make_retriever("http://host:port")`` returns a :class:`RemoteRetriever`. Each ``search(queries, k)`` is
 one batched request in Search-R1's format (``{"queries", "topk", "return_scores": true}``), which every
-server in the ecosystem understands. Transient failures (connection refused or reset, timeouts, HTTP
-429/5xx) are retried with exponential backoff and jitter, so a retrieval server that restarts mid-training
-costs a few seconds, not the run. When the service stays down, ``on_error`` decides:
+server in the ecosystem understands. Transient failures are retried under :mod:`~searchenv.retrievers.http_retry`'s
+rules — ``Retry-After`` honoured, only what can succeed later, for a window (60 s) that outlasts a server restart.
+When the service stays down, ``on_error`` decides:
 
-* ``"raise"`` (default): :class:`RetrievalServiceError`, naming the URL and the last error;
-* ``"empty"``: every query gets ``[]``, the failure is counted in :attr:`RemoteRetriever.failures` and
-  described in :attr:`RemoteRetriever.last_errors`, and training goes on.
+* ``"raise"`` (default): :class:`~searchenv.retrievers.http_retry.RetrievalUnavailable` (``.kind``, ``.detail``);
+* ``"empty"``: a :class:`FailedResults` — one ``[]`` per query, which still *says* it failed: its
+  ``retrieval_error`` attribute holds the error, so the environment can flag the failure and not count a search.
 
-Callers that must tell a failed batch from genuinely empty results use :meth:`RemoteRetriever.search_or_error`
-(or :meth:`~RemoteRetriever.asearch_or_error`), which never raises and returns the error beside the results.
+:meth:`RemoteRetriever.search_or_error` (and ``asearch_or_error``) never raise for service trouble and return the
+error beside the results.
+
+Passages without an ``id`` (a Search-R1 index built with ``--storeRaw`` returns ``contents`` only) get a stable id
+derived from their contents (``sha1:`` + 16 hex digits), with one warning per client.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
+import hashlib
 import os
-import random
 import threading
-import time
-from collections import deque
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from searchenv.retrievers.http_retry import (
+    AttemptFailed,
+    Retrier,
+    RetrievalUnavailable,
+    RetryPolicy,
+    attempt_failed_from_exception,
+    attempt_failed_from_status,
+)
 from searchenv.types import Passage, split_contents
 
 if TYPE_CHECKING:  # httpx is imported on first use, so importing this module needs no server extra
     import httpx
     from typing_extensions import Self
 
-__all__ = ["TOKEN_ENV", "RemoteRetriever", "RetrievalServiceError"]
-
-log = logging.getLogger("searchenv.remote")
+__all__ = ["TOKEN_ENV", "FailedResults", "RemoteRetriever", "RetrievalUnavailable", "content_id"]
 
 #: Environment variable holding the bearer token: read by the server when ``--token`` is not given and by
 #: :class:`RemoteRetriever` when ``token=None``, so the secret need not appear on a command line.
 TOKEN_ENV = "SEARCHENV_SERVE_TOKEN"
 
-#: HTTP statuses worth retrying: overload and server-side failures, which a restart or a moment cures.
-_RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
+class FailedResults(list):  # type: ignore[type-arg]
+    """``search()``'s answer with ``on_error="empty"`` when the service could not answer: one ``[]`` per query.
 
-class RetrievalServiceError(RuntimeError):
-    """The retrieval service could not answer a batch.
-
-    Attributes:
-        url: the endpoint that failed.
-        attempts: how many requests were made.
-        reason: the last error, in words.
-        retryable: whether the last error was transient (down, slow, overloaded) rather than a refused request.
+    It compares equal to ``[[], ...]`` but carries the failure, so a caller never mistakes it for "nothing
+    found": ``getattr(results, "retrieval_error", None)`` is the :class:`RetrievalUnavailable`.
     """
 
-    def __init__(self, url: str, attempts: int, reason: str, retryable: bool):
-        hint = (
-            " Is the server running (`searchenv serve --retriever bm25 --corpus ... --port ...`)?"
-            if retryable
-            else " The server refused the request; fix the request or the server's limits."
-        )
-        super().__init__(f"retrieval service {url} failed after {attempts} attempt(s): {reason}.{hint}")
-        self.url = url
-        self.attempts = attempts
-        self.reason = reason
-        self.retryable = retryable
+    def __init__(self, n_queries: int, error: RetrievalUnavailable):
+        super().__init__([] for _ in range(n_queries))
+        self.retrieval_error = error
 
 
-class _AttemptError(Exception):
-    def __init__(self, reason: str, retryable: bool):
-        super().__init__(reason)
-        self.reason = reason
-        self.retryable = retryable
+def content_id(contents: str) -> str:
+    """A stable id for a passage that came without one: ``sha1:`` and the first 16 hex digits of its contents."""
+    return "sha1:" + hashlib.sha1(contents.encode("utf-8")).hexdigest()[:16]
 
 
 def normalise_url(url: str) -> str:
@@ -85,27 +76,45 @@ def normalise_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
-def _parse_hit(item: Any) -> Passage:
-    """One result item: ``{"document": {...}, "score": s}`` or a bare document dict."""
+def _parse_hit(item: Any) -> tuple[Passage, bool]:
+    """One result item (``{"document": {...}, "score": s}`` or a bare document) → ``(passage, id_was_derived)``."""
     if not isinstance(item, dict):
         raise TypeError(f"a result item must be an object, got {type(item).__name__}")
     document, score = (item["document"], item.get("score", 0.0)) if "document" in item else (item, 0.0)
+    if not isinstance(document, dict):
+        raise TypeError(f"a document must be an object, got {type(document).__name__}")
     if "contents" in document:
-        title, text = split_contents(str(document["contents"]))
+        contents = str(document["contents"])
+        title, text = split_contents(contents)
     else:
         title, text = str(document.get("title", "")), str(document["text"])
-    return Passage(str(document.get("id", "")), title, text, float(score if score is not None else 0.0))
+        contents = f"{title}\n{text}"
+    passage_id = document.get("id")
+    derived = passage_id is None or passage_id == ""
+    if derived:
+        passage_id = content_id(contents)
+    return Passage(str(passage_id), title, text, float(score if score is not None else 0.0)), derived
 
 
-def _parse_response(payload: Any, n_queries: int, k: int) -> list[list[Passage]]:
+def _parse_response(payload: Any, n_queries: int, k: int) -> tuple[list[list[Passage]], bool]:
+    """The ``result`` lists as passages, and whether any passage needed a derived id."""
     try:
         result = payload["result"]
         if not isinstance(result, list) or len(result) != n_queries:
             got = len(result) if isinstance(result, list) else type(result).__name__
             raise ValueError(f"'result' holds {got} lists for {n_queries} queries")
-        return [[_parse_hit(item) for item in hits[:k]] for hits in result]
+        derived = False
+        lists = []
+        for hits in result:
+            passages = []
+            for item in hits[:k]:
+                passage, was_derived = _parse_hit(item)
+                passages.append(passage)
+                derived |= was_derived
+            lists.append(passages)
+        return lists, derived
     except (KeyError, TypeError, ValueError) as exc:
-        raise _AttemptError(f"the response is not Search-R1's format ({exc!r})", retryable=False) from None
+        raise AttemptFailed("bad_response", f"the response is not Search-R1's format ({exc!r})", False) from None
 
 
 class RemoteRetriever:
@@ -114,11 +123,11 @@ class RemoteRetriever:
     Args:
         url: ``http://host:port`` or the full ``http://host:port/retrieve``.
         timeout: seconds per request attempt (connect + read).
-        retries: extra attempts after the first on transient failures.
-        backoff: first retry delay in seconds; doubles each attempt (capped at ``max_backoff``), with jitter
-            so that many clients do not reconnect in lockstep after a restart.
-        max_backoff: cap of one retry delay.
-        on_error: ``"raise"`` or ``"empty"``, what :meth:`search` does when all attempts fail.
+        retry_window: seconds after the first attempt during which transient failures are retried (default 60,
+            longer than a retrieval-server restart); 0 tries once.
+        retries: optional cap on extra attempts within the window (``None``: the window alone limits them).
+        backoff, max_backoff: first retry delay (doubling, capped), with jitter; ``Retry-After`` wins when longer.
+        on_error: ``"raise"`` or ``"empty"``, what :meth:`search` does when the service cannot answer.
         topk_field: name of the ``k`` field in the body (``"topk"`` for Search-R1/verl/searchenv servers).
         token: bearer token; ``None`` reads ``$SEARCHENV_SERVE_TOKEN`` (unset: no header).
         pool_size: most pooled connections, and threads serving :meth:`asearch`, per client.
@@ -132,7 +141,8 @@ class RemoteRetriever:
         url: str,
         *,
         timeout: float = 30.0,
-        retries: int = 5,
+        retry_window: float = 60.0,
+        retries: int | None = None,
         backoff: float = 0.25,
         max_backoff: float = 8.0,
         on_error: Literal["raise", "empty"] = "raise",
@@ -143,38 +153,37 @@ class RemoteRetriever:
     ):
         if on_error not in ("raise", "empty"):
             raise ValueError(f"on_error must be 'raise' or 'empty', got {on_error!r}")
-        if timeout <= 0 or retries < 0 or backoff < 0 or max_backoff < 0 or pool_size < 1:
+        if timeout <= 0 or pool_size < 1 or (retries is not None and retries < 0):
             raise ValueError(
-                "need timeout > 0, retries >= 0, backoff >= 0, max_backoff >= 0, pool_size >= 1; got "
-                f"timeout={timeout}, retries={retries}, backoff={backoff}, max_backoff={max_backoff}, "
-                f"pool_size={pool_size}"
+                f"need timeout > 0, pool_size >= 1 and retries >= 0 (or None); got timeout={timeout}, "
+                f"pool_size={pool_size}, retries={retries}"
             )
         self.url = normalise_url(url)
         self.timeout = float(timeout)
-        self.retries = int(retries)
-        self.backoff = float(backoff)
-        self.max_backoff = float(max_backoff)
+        self.policy = RetryPolicy(
+            window=float(retry_window),
+            max_attempts=None if retries is None else int(retries) + 1,
+            backoff=float(backoff),
+            max_backoff=float(max_backoff),
+        )
         self.on_error = on_error
         self.topk_field = topk_field
         self.token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
         self.pool_size = int(pool_size)
         self.seed = seed
-        self.requests = 0
-        self.retried = 0
-        self.failures = 0
-        self.last_errors: deque[str] = deque(maxlen=32)
         self._init_transient()
 
     def _init_transient(self) -> None:
         self._lock = threading.Lock()
-        self._jitter = random.Random(self.seed)
+        self._retrier = Retrier(self.policy, self.seed)
         self._client: httpx.Client | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._warned_missing_id = False
 
     # -- pickling: clients hold sockets, so a copy sent to another process reconnects lazily ------------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for transient in ("_lock", "_jitter", "_client", "_executor"):
+        for transient in ("_lock", "_retrier", "_client", "_executor", "_warned_missing_id"):
             state.pop(transient, None)
         return state
 
@@ -185,47 +194,56 @@ class RemoteRetriever:
     def __repr__(self) -> str:
         return f"RemoteRetriever({self.url!r}, on_error={self.on_error!r}, failures={self.failures})"
 
+    # -- counters (for dashboards; per client, across threads) -------------------------------------------------
+    @property
+    def requests(self) -> int:
+        """HTTP requests made, retries included."""
+        return self._retrier.attempts
+
+    @property
+    def retried(self) -> int:
+        """Attempts that were retried after a transient failure."""
+        return self._retrier.retried
+
+    @property
+    def failures(self) -> int:
+        """Calls that ended without an answer."""
+        return self._retrier.failures
+
+    @property
+    def last_errors(self) -> list[str]:
+        """The latest failed attempts, one line each (operator text: never shown to the model)."""
+        return list(self._retrier.last_errors)
+
     # -- public API ------------------------------------------------------------------------------------------
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         """Top-``k`` passages per query in one request; see ``on_error`` for what happens when it fails."""
         results, error = self.search_or_error(queries, k)
-        if error is not None and self.on_error == "raise":
-            raise error
+        if error is not None:
+            if self.on_error == "raise":
+                raise error
+            return FailedResults(len(results), error)
         return results
 
     async def asearch(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         """:meth:`search` for asyncio code: awaits the network instead of blocking the event loop."""
-        results, error = await self.asearch_or_error(queries, k)
-        if error is not None and self.on_error == "raise":
-            raise error
-        return results
+        return await asyncio.get_running_loop().run_in_executor(self._pool(), self.search, queries, k)
 
     def search_or_error(
         self, queries: Sequence[str], k: int
-    ) -> tuple[list[list[Passage]], RetrievalServiceError | None]:
+    ) -> tuple[list[list[Passage]], RetrievalUnavailable | None]:
         """Never raises for service trouble: ``(results, None)`` or ``([[]] * n, error)`` after all retries."""
         queries, payload = self._prepare(queries, k)
         if not queries:
             return [], None
-        import httpx
-
-        client = self._sync_client()
-        last = _AttemptError("no attempt made", retryable=True)
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self._delay(attempt))
-            try:
-                response = client.post(self.url, json=payload)
-                return self._accept(response, len(queries), k), None
-            except (httpx.HTTPError, _AttemptError) as exc:
-                last = self._attempt_failed(exc, attempt)
-                if not last.retryable:
-                    break
-        return self._give_up(last, len(queries), attempt + 1)
+        try:
+            return self._retrier.run(lambda: self._attempt(payload, len(queries), k), self.url), None
+        except RetrievalUnavailable as error:
+            return [[] for _ in queries], error
 
     async def asearch_or_error(
         self, queries: Sequence[str], k: int
-    ) -> tuple[list[list[Passage]], RetrievalServiceError | None]:
+    ) -> tuple[list[list[Passage]], RetrievalUnavailable | None]:
         """Async :meth:`search_or_error`: runs on the client's own thread pool (``pool_size`` threads).
 
         The event loop only awaits a future. The pooled synchronous ``httpx.Client`` on threads sustained 2.4x
@@ -267,6 +285,29 @@ class RemoteRetriever:
         queries = [str(q) for q in queries]
         return queries, {"queries": queries, self.topk_field: k, "return_scores": True}
 
+    def _attempt(self, payload: dict[str, Any], n_queries: int, k: int) -> list[list[Passage]]:
+        import httpx
+
+        try:
+            response = self._sync_client().post(self.url, json=payload)
+        except httpx.HTTPError as exc:
+            raise attempt_failed_from_exception(exc, self.timeout) from None
+        if response.status_code != 200:
+            raise attempt_failed_from_status(response.status_code, response.headers, response.text)
+        try:
+            decoded = response.json()
+        except ValueError:
+            raise AttemptFailed("bad_response", f"the response is not JSON: {response.text[:200]!r}", False) from None
+        results, derived = _parse_response(decoded, n_queries, k)
+        if derived and not self._warned_missing_id:
+            self._warned_missing_id = True
+            warnings.warn(
+                f"the retrieval service at {self.url} returns passages without an 'id' (a Search-R1 index built "
+                "with --storeRaw?); using 'sha1:' + a hash of their contents as the id",
+                stacklevel=4,
+            )
+        return results
+
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
@@ -284,46 +325,3 @@ class RemoteRetriever:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=self.pool_size, thread_name_prefix="searchenv-remote")
             return self._executor
-
-    def _accept(self, response: httpx.Response, n_queries: int, k: int) -> list[list[Passage]]:
-        with self._lock:
-            self.requests += 1
-        if response.status_code != 200:
-            detail = response.text[:300].strip()
-            raise _AttemptError(
-                f"HTTP {response.status_code}: {detail}", retryable=response.status_code in _RETRY_STATUSES
-            )
-        try:
-            payload = response.json()
-        except ValueError:
-            raise _AttemptError(f"the response is not JSON: {response.text[:200]!r}", retryable=False) from None
-        return _parse_response(payload, n_queries, k)
-
-    def _attempt_failed(self, exc: Exception, attempt: int) -> _AttemptError:
-        import httpx
-
-        if isinstance(exc, _AttemptError):
-            error = exc
-        elif isinstance(exc, httpx.TimeoutException):
-            error = _AttemptError(f"timed out after {self.timeout:g}s ({type(exc).__name__})", retryable=True)
-        else:
-            error = _AttemptError(f"{type(exc).__name__}: {exc}", retryable=isinstance(exc, httpx.TransportError))
-        with self._lock:
-            self.last_errors.append(f"{time.strftime('%H:%M:%S')} attempt {attempt + 1}: {error.reason}")
-            if error.retryable and attempt < self.retries:
-                self.retried += 1
-        return error
-
-    def _delay(self, attempt: int) -> float:
-        with self._lock:
-            jitter = self._jitter.uniform(0.5, 1.0)
-        return min(self.max_backoff, self.backoff * 2 ** (attempt - 1)) * jitter
-
-    def _give_up(
-        self, last: _AttemptError, n_queries: int, attempts: int
-    ) -> tuple[list[list[Passage]], RetrievalServiceError]:
-        error = RetrievalServiceError(self.url, attempts, last.reason, last.retryable)
-        with self._lock:
-            self.failures += 1
-        log.warning("%s", error)
-        return [[] for _ in range(n_queries)], error

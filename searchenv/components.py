@@ -245,7 +245,7 @@ def check_retriever(
             )
         return
     check_retriever_options(retriever, options)
-    if retriever.startswith(("http://", "https://")):
+    if retriever.startswith(("http://", "https://")) or _corpus_free(retriever):
         return
     if corpus is None and not _is_world(dataset):
         raise ValueError(
@@ -352,6 +352,12 @@ def load_encoder(encoder: Any = None, **options: Any) -> Encoder:
     return _shared("encoder", [name, options], lambda: load(encoder, **options))
 
 
+def _corpus_free(retriever: str) -> bool:
+    from searchenv.retrievers import CORPUS_FREE
+
+    return retriever in CORPUS_FREE
+
+
 def build_retriever(
     retriever: str | Retriever = "bm25",
     corpus: str | os.PathLike[str] | Corpus | None = None,
@@ -370,7 +376,7 @@ def build_retriever(
     check_retriever(retriever, corpus, options)
     if not isinstance(retriever, str):
         return retriever
-    is_url = retriever.startswith(("http://", "https://"))
+    is_url = retriever.startswith(("http://", "https://")) or _corpus_free(retriever)  # nothing of ours to search
     corpus_key = None if is_url else "world" if corpus is None or _is_world(corpus) else corpus
 
     def build() -> Retriever:

@@ -1,31 +1,39 @@
-"""RemoteRetriever against real servers on loopback: searchenv's, a Search-R1-only one, slow, down and killed ones."""
+"""RemoteRetriever against real servers on loopback: ours, a Search-R1-only one, slow, down, throttled, killed."""
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
 import pickle
 import threading
 import time
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from servers import free_port, serve_in_thread, spawn_server
 
 from searchenv.retrievers import make_retriever
+from searchenv.retrievers.http_retry import parse_retry_after
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.retrievers.remote import RemoteRetriever, RetrievalServiceError
-from searchenv.retrievers.server import ServerConfig, create_app, free_port, serve_in_thread, spawn_server
+from searchenv.retrievers.remote import FailedResults, RemoteRetriever, RetrievalUnavailable, content_id
+from searchenv.retrievers.server import ServerConfig, create_app
 from searchenv.types import Corpus
 
-CORPUS_PATH = Path("/work/shared/data/corpus/hotpotqa_hipporag.jsonl")
 QUERIES = ["who wrote hamlet", "capital of peru", "who wrote hamlet", "largest moon of saturn"]
 
 
 @pytest.fixture(scope="module")
-def engine() -> RandomRetriever:
-    return RandomRetriever(Corpus.from_jsonl(CORPUS_PATH), seed=7)
+def corpus_path(shared_data: Path) -> Path:
+    return shared_data / "corpus" / "hotpotqa_hipporag.jsonl"
+
+
+@pytest.fixture(scope="module")
+def engine(corpus_path: Path) -> RandomRetriever:
+    return RandomRetriever(Corpus.from_jsonl(corpus_path), seed=7)
 
 
 @pytest.fixture(scope="module")
@@ -42,18 +50,30 @@ class SearchR1Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.bodies.append(body)
+        self.server.times.append(time.monotonic())
         time.sleep(self.server.delay)
+        if self.server.script is not None:
+            scripted = self.server.script(len(self.server.bodies))
+            if scripted is not None:
+                status, headers = scripted
+                return self._reply(status, {"detail": "scripted"}, headers)
         if not isinstance(body.get("queries"), list):
             return self._reply(422, {"detail": [{"loc": ["body", "queries"], "msg": "Field required"}]})
         if not body.get("return_scores"):
             return self._reply(500, {"detail": "Internal Server Error"})  # what Search-R1 does here
         hits = self.server.engine.search(body["queries"], body.get("topk") or 3)
-        result = [[{"document": {"id": p.id, "contents": p.contents}, "score": p.score} for p in h] for h in hits]
+        if self.server.store_raw:  # an index built with --storeRaw: title/text/contents, no id
+            docs = [[{"title": p.title, "text": p.text, "contents": p.contents} for p in h] for h in hits]
+        else:
+            docs = [[{"id": p.id, "contents": p.contents} for p in h] for h in hits]
+        result = [[{"document": d, "score": p.score} for d, p in zip(ds, h)] for ds, h in zip(docs, hits)]
         return self._reply(200, {"result": result})
 
-    def _reply(self, status: int, payload: object) -> None:
+    def _reply(self, status: int, payload: object, headers: dict[str, str] | None = None) -> None:
         data = self.server.override if self.server.override is not None else json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -70,8 +90,12 @@ class SearchR1Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), SearchR1Handler)
         self.engine = engine
         self.bodies: list[dict[str, object]] = []
+        self.times: list[float] = []  # server-side arrival time of each request
         self.delay = 0.0
         self.override: bytes | None = None
+        self.store_raw = False
+        #: request number (1-based) → (status, headers) to answer instead, or None to answer normally
+        self.script: Callable[[int], tuple[int, dict[str, str]] | None] | None = None
 
 
 @pytest.fixture
@@ -141,28 +165,33 @@ def test_asearch_does_not_block_the_event_loop(search_r1: SearchR1Server, engine
 def test_slow_server_times_out_then_recovers(search_r1: SearchR1Server, engine: RandomRetriever) -> None:
     search_r1.delay = 1.0
     strict = RemoteRetriever(base_of(search_r1), timeout=0.2, retries=1, backoff=0.0)
-    with pytest.raises(RetrievalServiceError, match="timed out after 0.2s") as caught:
+    with pytest.raises(RetrievalUnavailable) as caught:
         strict.search(QUERIES, 3)
-    assert caught.value.url == f"{base_of(search_r1)}/retrieve" and caught.value.attempts == 2
-    assert caught.value.retryable and base_of(search_r1) in str(caught.value)
+    error = caught.value
+    assert error.kind == "timeout" and error.attempts == 2 and error.retryable
+    assert "timed out after 0.2s" in error.detail and f"{base_of(search_r1)}/retrieve" in error.detail
+    assert base_of(search_r1) not in str(error) and "searchenv serve" not in str(error)  # nothing for the model
 
     lenient = RemoteRetriever(base_of(search_r1), timeout=0.2, retries=0, on_error="empty")
-    assert lenient.search(QUERIES, 3) == [[], [], [], []]
-    assert lenient.failures == 1 and "timed out" in lenient.last_errors[-1]
+    empty = lenient.search(QUERIES, 3)
+    assert empty == [[], [], [], []] and isinstance(empty, FailedResults)  # empty, and says it failed
+    assert empty.retrieval_error.kind == "timeout"
+    assert lenient.failures == 1 and "timeout" in lenient.last_errors[-1]
     results, error = lenient.search_or_error(QUERIES[:1], 3)
-    assert results == [[]] and isinstance(error, RetrievalServiceError) and lenient.failures == 2
+    assert results == [[]] and isinstance(error, RetrievalUnavailable) and lenient.failures == 2
 
     search_r1.delay = 0.0
-    assert lenient.search(QUERIES, 3) == engine.search(QUERIES, 3)  # same client, no restart
+    found = lenient.search(QUERIES, 3)
+    assert found == engine.search(QUERIES, 3) and not isinstance(found, FailedResults)  # same client, no restart
     assert lenient.failures == 2
 
 
 def test_service_down_raise_or_empty() -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     strict = RemoteRetriever(dead, retries=2, backoff=0.01)
-    with pytest.raises(RetrievalServiceError, match="failed after 3 attempt") as caught:
+    with pytest.raises(RetrievalUnavailable, match="retrieval unreachable after 3 attempts") as caught:
         strict.search(["q"], 3)
-    assert dead in str(caught.value) and "ConnectError" in caught.value.reason
+    assert dead in caught.value.detail and dead not in str(caught.value) and "ConnectError" in caught.value.reason
     assert strict.failures == 1 and strict.retried == 2
 
     lenient = RemoteRetriever(dead, retries=0, on_error="empty")
@@ -171,17 +200,98 @@ def test_service_down_raise_or_empty() -> None:
     assert lenient.failures == 2 and len(lenient.last_errors) == 2
 
 
+def test_the_retry_window_bounds_the_attempts() -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    remote = RemoteRetriever(dead, retry_window=0.3, backoff=0.05, max_backoff=0.05, seed=0)
+    with pytest.raises(RetrievalUnavailable) as caught:
+        remote.search(["q"], 3)
+    assert 3 <= caught.value.attempts <= 12  # several tries within 0.3 s of 25–50 ms waits, then it gave up
+
+
+def test_default_retry_window_outlasts_a_server_restart() -> None:
+    assert RemoteRetriever("http://127.0.0.1:1").policy.window >= 30  # Search-R1's restart: 10–15 s measured
+
+
+def test_retry_after_is_honoured(search_r1: SearchR1Server, engine: RandomRetriever) -> None:
+    """The server answers 503 + Retry-After: 1 for its first 2 s, then normally."""
+    first: list[float] = []
+
+    def unavailable_for_two_seconds(n: int) -> tuple[int, dict[str, str]] | None:
+        if not first:
+            first.append(search_r1.times[0])
+        return (503, {"Retry-After": "1"}) if search_r1.times[-1] - first[0] < 2.0 else None
+
+    search_r1.script = unavailable_for_two_seconds
+    remote = RemoteRetriever(base_of(search_r1), backoff=0.01, seed=0)
+    assert remote.search(QUERIES, 3) == engine.search(QUERIES, 3)
+    assert len(search_r1.times) == 3  # 503, 503, then the answer: no attempt wasted inside the Retry-After wait
+    gaps = [b - a for a, b in zip(search_r1.times, search_r1.times[1:])]
+    assert all(gap >= 1.0 for gap in gaps), gaps  # measured on the server: the client waited as asked
+    assert remote.retried == 2 and remote.failures == 0
+
+
+@pytest.mark.parametrize(
+    ("status", "retried", "kind"),
+    [
+        (400, False, "refused"),
+        (401, False, "unauthorized"),
+        (404, False, "refused"),
+        (422, False, "refused"),
+        (500, False, "server_error"),
+        (502, True, "server_error"),
+        (503, True, "overloaded"),
+        (504, True, "timeout"),
+        (429, True, "overloaded"),
+    ],
+)
+def test_only_what_can_succeed_later_is_retried(
+    search_r1: SearchR1Server, status: int, retried: bool, kind: str
+) -> None:
+    search_r1.script = lambda n: (status, {})
+    remote = RemoteRetriever(base_of(search_r1), retries=2, backoff=0.01, max_backoff=0.01)
+    with pytest.raises(RetrievalUnavailable) as caught:
+        remote.search(["q"], 3)
+    assert caught.value.kind == kind and caught.value.attempts == (3 if retried else 1)
+    assert len(search_r1.bodies) == caught.value.attempts
+
+
+def test_parse_retry_after_reads_seconds_and_http_dates() -> None:
+    now = time.time()
+    assert parse_retry_after("2") == 2.0 and parse_retry_after(" 1.5 ") == 1.5
+    assert parse_retry_after(email.utils.formatdate(now + 30, usegmt=True), now=now) == pytest.approx(30, abs=1)
+    assert parse_retry_after(email.utils.formatdate(now - 30, usegmt=True), now=now) == 0.0
+    assert parse_retry_after(None) is None and parse_retry_after("soon") is None and parse_retry_after("nan") is None
+
+
+def test_passages_without_ids_get_stable_ids_and_one_warning(
+    search_r1: SearchR1Server, engine: RandomRetriever
+) -> None:
+    search_r1.store_raw = True
+    remote = RemoteRetriever(base_of(search_r1))
+    with pytest.warns(UserWarning, match="without an 'id'"):
+        first = remote.search(QUERIES, 3)
+    expected = engine.search(QUERIES, 3)
+    assert [[p.id for p in hits] for hits in first] == [[content_id(p.contents) for p in hits] for hits in expected]
+    assert all(p.id.startswith("sha1:") and len(p.id) == 21 for hits in first for p in hits)
+    assert [[(p.title, p.text) for p in hits] for hits in first] == [[(p.title, p.text) for p in h] for h in expected]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once per client
+        assert remote.search(QUERIES, 3) == first  # stable across calls
+
+
 def test_refused_requests_are_not_retried(url: str) -> None:
     remote = RemoteRetriever(url, retries=5, backoff=1.0)
-    with pytest.raises(RetrievalServiceError, match="HTTP 413.*too_many_queries") as caught:
+    with pytest.raises(RetrievalUnavailable) as caught:
         remote.search([f"q{i}" for i in range(9)], 3)  # the server allows 8 per request
+    assert caught.value.kind == "refused" and "HTTP 413" in caught.value.reason
+    assert "too_many_queries" in caught.value.reason
     assert caught.value.attempts == 1 and not caught.value.retryable and remote.retried == 0
 
 
 def test_bearer_token_is_sent(engine: RandomRetriever) -> None:
     with serve_in_thread(create_app(ServerConfig(token="tok"), retriever=engine)) as base:
         assert RemoteRetriever(base, token="tok").search(["x"], 1) == engine.search(["x"], 1)
-        with pytest.raises(RetrievalServiceError, match="HTTP 401"):
+        with pytest.raises(RetrievalUnavailable, match="retrieval unauthorized after 1 attempt$"):
             RemoteRetriever(base, token="nope").search(["x"], 1)
 
 
@@ -190,9 +300,10 @@ def test_bearer_token_is_sent(engine: RandomRetriever) -> None:
 )
 def test_malformed_responses_are_clear_errors(search_r1: SearchR1Server, reply: bytes) -> None:
     search_r1.override = reply
-    with pytest.raises(RetrievalServiceError, match="not JSON|not Search-R1's format") as caught:
+    with pytest.raises(RetrievalUnavailable) as caught:
         RemoteRetriever(base_of(search_r1), retries=3).search(["a", "b"], 2)
-    assert caught.value.attempts == 1
+    assert caught.value.kind == "bad_response" and caught.value.attempts == 1
+    assert "not JSON" in caught.value.reason or "not Search-R1's format" in caught.value.reason
 
 
 def test_bad_arguments_are_rejected_with_the_fix() -> None:
@@ -232,14 +343,14 @@ class Slow(RandomRetriever):
 """
 
 
-def test_server_killed_mid_batch_and_restarted(tmp_path: Path, engine: RandomRetriever) -> None:
+def test_server_killed_mid_batch_and_restarted(tmp_path: Path, engine: RandomRetriever, corpus_path: Path) -> None:
     (tmp_path / "slow_engine.py").write_text(SLOW_ENGINE)
     marker = tmp_path / "searching"
-    common = ["--corpus", str(CORPUS_PATH), "--option", "seed=7"]
+    common = ["--corpus", str(corpus_path), "--option", "seed=7"]
     slow = ["--retriever", "slow_engine:Slow", "--option", "delay=60", "--option", f"marker={marker}"]
     first, base = spawn_server([*slow, *common], env={"PYTHONPATH": str(tmp_path)})
     port = int(base.rsplit(":", 1)[1])
-    client = RemoteRetriever(base, timeout=30, retries=12, backoff=0.05, max_backoff=0.5, on_error="empty", seed=0)
+    client = RemoteRetriever(base, timeout=30, retry_window=60, backoff=0.05, max_backoff=0.5, on_error="empty", seed=0)
     outcome: dict[str, object] = {}
     worker = threading.Thread(target=lambda: outcome.update(result=client.search_or_error(QUERIES, 3)))
     second = None
@@ -255,7 +366,7 @@ def test_server_killed_mid_batch_and_restarted(tmp_path: Path, engine: RandomRet
 
         probe = RemoteRetriever(base, retries=0, on_error="empty")  # while down: empty results, failure recorded
         assert probe.search(["down?"], 3) == [[]] and probe.failures == 1
-        assert "ConnectError" in probe.last_errors[-1]
+        assert "unreachable" in probe.last_errors[-1]
 
         second, _ = spawn_server(["--retriever", "random", *common], port=port)
         worker.join(timeout=30)

@@ -1,4 +1,4 @@
-"""The retrieval service over real HTTP on loopback: wire format, limits, auth, cache, batching, processes, Ray."""
+"""The retrieval service over real HTTP on loopback: wire format, limits, auth, cache, batching, processes."""
 
 from __future__ import annotations
 
@@ -6,31 +6,29 @@ import argparse
 import asyncio
 import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
 import pytest
+from servers import serve_in_thread, spawn_server
 
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.retrievers.server import (
-    ServerConfig,
-    add_serve_parser,
-    config_from_args,
-    create_app,
-    serve_in_thread,
-    spawn_server,
-)
+from searchenv.retrievers.server import ServerConfig, add_serve_parser, config_from_args, create_app
 from searchenv.types import Corpus, Passage
-
-DATA = Path("/work/shared/data")
-CORPUS_PATH = DATA / "corpus" / "hotpotqa_hipporag.jsonl"
 
 
 @pytest.fixture(scope="module")
-def corpus() -> Corpus:
-    return Corpus.from_jsonl(CORPUS_PATH)
+def corpus_path(shared_data: Path) -> Path:
+    return shared_data / "corpus" / "hotpotqa_hipporag.jsonl"
+
+
+@pytest.fixture(scope="module")
+def corpus(corpus_path: Path) -> Corpus:
+    return Corpus.from_jsonl(corpus_path)
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +37,8 @@ def engine(corpus: Corpus) -> RandomRetriever:
 
 
 @pytest.fixture(scope="module")
-def url(engine: RandomRetriever) -> Iterator[str]:
-    config = ServerConfig(corpus=str(CORPUS_PATH), max_queries=64, max_query_chars=200, max_body_bytes=20_000)
+def url(engine: RandomRetriever, corpus_path: Path) -> Iterator[str]:
+    config = ServerConfig(corpus=str(corpus_path), max_queries=64, max_query_chars=200, max_body_bytes=20_000)
     with serve_in_thread(create_app(config, retriever=engine)) as base:
         yield base
 
@@ -192,8 +190,8 @@ def test_bearer_token(engine: RandomRetriever) -> None:
         assert httpx.get(f"{base}/health").json()["auth"] is True
 
 
-def test_engine_that_cannot_be_built_is_reported_not_fatal(tmp_path: Path) -> None:
-    config = ServerConfig(retriever="random", corpus=str(CORPUS_PATH), options={"no_such_option": 1})
+def test_app_reports_an_engine_that_cannot_be_built(corpus_path: Path) -> None:
+    config = ServerConfig(retriever="random", corpus=str(corpus_path), options={"no_such_option": 1})
     with serve_in_thread(create_app(config)) as base:
         for _ in range(200):
             health = httpx.get(f"{base}/health")
@@ -205,18 +203,76 @@ def test_engine_that_cannot_be_built_is_reported_not_fatal(tmp_path: Path) -> No
         assert refused.status_code == 503 and refused.json()["error"] == "retriever_failed"
 
 
-def test_cli_arguments_default_to_loopback_and_reject_missing_corpus(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_serve_exits_non_zero_with_the_cause_when_the_engine_cannot_be_built(corpus_path: Path) -> None:
+    for options in (["--option", "no_such_option=1"], ["--retriever", "nosuchmodule:factory"]):
+        command = [sys.executable, "-m", "searchenv.retrievers.server", "--corpus", str(corpus_path), *options]
+        done = subprocess.run([*command, "--port", "0"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert "could not build retriever" in done.stderr
+        assert ("no_such_option" if "--option" in options else "nosuchmodule") in done.stderr
+
+
+def test_requests_wait_for_an_engine_that_is_still_loading(tmp_path: Path, corpus_path: Path) -> None:
+    (tmp_path / "slow_loading.py").write_text(SLOW_LOADING_ENGINE)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        config = ServerConfig(retriever="slow_loading:build", corpus=str(corpus_path), options={"delay": 1.0})
+        with serve_in_thread(create_app(config)) as base:
+            response = post(base, {"queries": ["held"], "topk": 2}, timeout=30)  # sent while the engine loads
+            assert response.status_code == 200 and len(response.json()["result"][0]) == 2
+        config.hold_while_loading_s = 0.05
+        with serve_in_thread(create_app(config)) as base:
+            response = post(base, {"queries": ["not held long"]}, timeout=30)
+            assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+            assert response.json()["error"] == "loading"
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+SLOW_LOADING_ENGINE = """
+import time
+from searchenv.retrievers.random_retriever import RandomRetriever
+
+
+def build(corpus, delay):
+    time.sleep(delay)
+    return RandomRetriever(corpus, seed=1)
+"""
+
+
+def test_contents_are_returned_exactly_as_the_corpus_stores_them(shared_data: Path) -> None:
+    union = shared_data / "corpus" / "union.jsonl"  # wiki-18 rows (no quotes) and HippoRAG rows (quoted titles)
+    stored = {}
+    for line in union.open(encoding="utf-8"):
+        row = json.loads(line)
+        stored[row["id"]] = row["contents"]
+    corpus = Corpus.from_jsonl(union)
+    engine = RandomRetriever(corpus, seed=3)
+    with serve_in_thread(create_app(ServerConfig(corpus=str(union)), retriever=engine)) as base:
+        queries = [f"q{i}" for i in range(60)]
+        result = post(base, {"queries": queries, "topk": 5, "return_scores": True}).json()["result"]
+    documents = [item["document"] for hits in result for item in hits]
+    assert documents and all(doc["contents"] == stored[doc["id"]] for doc in documents)
+    quoted = {doc["contents"].startswith('"') for doc in documents}
+    assert quoted == {True, False}  # both layouts were served, each as stored
+
+
+def test_cli_arguments_default_to_loopback_and_reject_missing_corpus(tmp_path: Path, corpus_path: Path) -> None:
     parser = argparse.ArgumentParser()
     add_serve_parser(parser.add_subparsers())
-    args = parser.parse_args(["serve", "--corpus", str(CORPUS_PATH), "--option", "seed=3", "--option", "engine=bm25s"])
+    args = parser.parse_args(["serve", "--corpus", str(corpus_path), "--option", "seed=3", "--option", "engine=bm25s"])
     assert args.host == "127.0.0.1" and args.handler.__name__ == "run_serve"
     config = config_from_args(args)
     assert config.options == {"seed": 3, "engine": "bm25s"} and config.token is None
     missing = parser.parse_args(["serve", "--corpus", str(tmp_path / "nope.jsonl")])
     with pytest.raises(SystemExit, match="corpus file not found"):
         config_from_args(missing)
+    with pytest.raises(SystemExit, match="needs --corpus"):
+        config_from_args(parser.parse_args(["serve", "--retriever", "bm25"]))
+    assert config_from_args(parser.parse_args(["serve", "--retriever", "web"])).corpus == ""  # the web needs none
     with pytest.raises(SystemExit):
-        parser.parse_args(["serve", "--corpus", str(CORPUS_PATH), "--option", "noequals"])
+        parser.parse_args(["serve", "--corpus", str(corpus_path), "--option", "noequals"])
 
 
 def _post_when_loaded(client: httpx.Client, body: dict, deadline_s: float = 60.0) -> httpx.Response:
@@ -229,9 +285,9 @@ def _post_when_loaded(client: httpx.Client, body: dict, deadline_s: float = 60.0
         time.sleep(float(response.headers.get("Retry-After", "0.2")) / 5)
 
 
-def test_worker_processes_serve_one_index(engine: RandomRetriever) -> None:
+def test_worker_processes_serve_one_index(engine: RandomRetriever, corpus_path: Path) -> None:
     process, base = spawn_server(
-        ["--retriever", "random", "--corpus", str(CORPUS_PATH), "--option", "seed=7", "--workers", "2"]
+        ["--retriever", "random", "--corpus", str(corpus_path), "--option", "seed=7", "--workers", "2"]
     )
     try:
         queries = [f"worker query {i}" for i in range(6)]
@@ -246,42 +302,15 @@ def test_worker_processes_serve_one_index(engine: RandomRetriever) -> None:
         process.wait(timeout=20)
 
 
-def test_bm25_engine_over_http_matches_in_process() -> None:
+def test_bm25_engine_over_http_matches_in_process(corpus: Corpus, shared_data: Path) -> None:
     from searchenv.retrievers import bm25
 
-    corpus = Corpus.from_jsonl(CORPUS_PATH)
     engine = bm25.BM25Retriever(corpus, show_progress=False)
-    questions = [json.loads(line)["question"] for line in (DATA / "qa" / "hotpotqa_100.jsonl").open()][:20]
+    questions = [json.loads(line)["question"] for line in (shared_data / "qa" / "hotpotqa_100.jsonl").open()][:20]
     with serve_in_thread(create_app(ServerConfig(), retriever=engine)) as base:
         got = post(base, {"queries": questions, "topk": 3, "return_scores": True}).json()["result"]
     want = engine.search(questions, 3)
     assert got == [as_wire(hits) for hits in want]  # ids, contents and exact float scores survive the wire
-
-
-@pytest.mark.slow
-def test_ray_serve_replicas_answer_like_the_app(engine: RandomRetriever) -> None:
-    ray = pytest.importorskip("ray")
-    serve = pytest.importorskip("ray.serve")
-    from searchenv.retrievers.ray_serve import build_application
-    from searchenv.retrievers.server import free_port
-
-    port = free_port()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        config = ServerConfig(retriever="random", corpus=str(CORPUS_PATH), options={"seed": 7})
-        serve.run(build_application(config, replicas=2, num_cpus=0.5), name="searchenv", route_prefix="/")
-        base = f"http://127.0.0.1:{port}"
-        queries = ["ray one", "ray two"]
-        expected = {"result": [as_wire(hits) for hits in engine.search(queries, 2)]}
-        for _ in range(8):  # Ray routes each request to one of the replicas; all answer identically
-            response = post(base, {"queries": queries, "topk": 2, "return_scores": True}, timeout=30)
-            assert response.json() == expected
-        assert post(base, b"not json", timeout=30).status_code == 400
-        deployment = serve.status().applications["searchenv"].deployments["searchenv-retrieval"]
-        assert deployment.replica_states.get("RUNNING") == 2
-    finally:
-        ray.shutdown()  # stops the local cluster we started, Serve's controller, proxy and replicas included
 
 
 def test_in_thread_server_stops_cleanly(engine: RandomRetriever) -> None:
