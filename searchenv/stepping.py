@@ -104,12 +104,19 @@ def _record(
     found: dict[int, list[Passage]],
     errors: dict[int, str],
 ) -> None:
+    # A client told to return empty results on failure (RemoteRetriever(on_error="empty")) marks them: the
+    # search still failed, and is recorded as such, not as a search that found nothing.
+    marked = getattr(outcome, "retrieval_error", None)
+    if marked is not None:
+        outcome = marked
     if not isinstance(outcome, BaseException):
         found.update(zip(group, outcome))
         return
     if any(envs[i].on_retrieval_error == "raise" for i in group):
         raise outcome  # nothing has been applied yet: every episode of the batch is as it was
-    errors.update(dict.fromkeys(group, f"{type(outcome).__name__}: {outcome}"))
+    detail = getattr(outcome, "detail", None)
+    message = f"{type(outcome).__name__}: {outcome}" + (f" ({detail})" if detail else "")
+    errors.update(dict.fromkeys(group, message))
 
 
 def _commit_all(

@@ -243,3 +243,13 @@ def test_information_block_is_search_r1s_byte_for_byte() -> None:
 def test_a_protocol_without_a_hint_is_refused() -> None:
     with pytest.raises(ValueError, match="invalid_hint must be non-empty"):
         Protocol(name="quiet", invalid_hint="  ")
+
+
+def test_a_client_returning_empty_results_on_failure_is_still_a_failed_search() -> None:
+    from searchenv.retrievers.remote import RemoteRetriever
+
+    dead = RemoteRetriever("http://127.0.0.1:9", retries=0, timeout=0.5, on_error="empty")
+    env = env_for(WORLD_Q, retriever=dead)
+    observation, *_, info = env.step("<search>q</search>")
+    assert observation == env.protocol.format_error() and "RetrievalUnavailable" in info["retrieval_error"]
+    assert info["num_searches"] == 0 and env.episode.turns[-1].search == "failed"
