@@ -1,7 +1,7 @@
 """Search backends behind one contract: ``search(queries, k) -> list[list[Passage]]``.
 
-:func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``) or a URL of
-a running retrieval service into a retriever over a corpus. Engines are imported only when asked for,
+:func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``, ``"e5-ivfpq"``) or a
+URL of a running retrieval service into a retriever over a corpus. Engines are imported only when asked for,
 so ``import searchenv`` never pulls in torch, faiss or a JVM.
 """
 
@@ -20,6 +20,7 @@ RETRIEVERS: dict[str, str] = {
     "bm25": "searchenv.retrievers.bm25:BM25Retriever",
     "e5-exact": "searchenv.retrievers.dense:exact_retriever",
     "e5-hnsw": "searchenv.retrievers.dense:hnsw_retriever",
+    "e5-ivfpq": "searchenv.retrievers.dense:ivfpq_retriever",
 }
 
 
