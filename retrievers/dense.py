@@ -264,6 +264,8 @@ def _build(
         raise ValueError("search_engine='torch' runs exact search only; use e5-exact")
     if mmap and index_path is None:
         raise ValueError("mmap=True maps a prebuilt index file from disk: pass index_path= as well")
+    if kind == "ivfpq" and not cache and index_dir is None:
+        raise ValueError("e5-ivfpq keeps an fp16 vector file on disk: pass index_dir= or leave cache=True")
 
     prebuilt = None
     if index_path is not None:  # checked against the corpus now; loaded whole only after the encoder passed
@@ -279,7 +281,8 @@ def _build(
         keep = Path(index_dir) if index_dir is not None else None
         if keep is None and cache:
             keep = cache_root(cache_dir) / "dense" / _prebuilt_cache_name(Path(index_path), corpus)
-        index = _from_prebuilt(Path(index_path), prebuilt, corpus, enc, kind, params, mmap, keep, progress)
+        to_torch = search_engine == "torch" or (bool(use_gpu) and gpu_count() == 0)  # torch copies block by block
+        index = _from_prebuilt(Path(index_path), prebuilt, corpus, enc, kind, params, mmap or to_torch, keep, progress)
     else:
         assert enc is not None
         if index_dir is None and cache:
@@ -389,8 +392,6 @@ def _index_from_blocks(
     else:
         index = _train_and_fill_ivfpq(vectors, count, dim, params, progress)
     if directory is None:
-        if kind == "ivfpq":
-            raise ValueError("e5-ivfpq keeps an fp16 vector file on disk: pass index_dir= or leave cache=True")
         return index
     directory.mkdir(parents=True, exist_ok=True)
     if kind == "ivfpq":

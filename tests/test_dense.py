@@ -231,6 +231,7 @@ def test_prebuilt_index_mismatch_is_refused_before_loading(flashrag, minilm):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_resumable_embedding_equals_one_shot_run(hotpot, minilm, tmp_path):
     class Killed(Exception):
         pass
@@ -253,6 +254,7 @@ def test_resumable_embedding_equals_one_shot_run(hotpot, minilm, tmp_path):
     np.testing.assert_allclose(resumed.to_array(), one_shot.to_array(), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_index_dir_builds_once_and_refuses_mismatches(hotpot, minilm, tmp_path):
     directory = index_dir_for(tmp_path, hotpot, minilm)
     exact = exact_retriever(hotpot, encoder=minilm, index_dir=directory, shard_size=50, progress=False)
@@ -337,6 +339,7 @@ def test_bad_encoder_fails_on_the_probe_before_any_passage(tiny, minilm, fault, 
         make_retriever("e5-exact", tiny, encoder=str(private_cache / "no-model-here"), progress=False)
 
 
+@pytest.mark.slow
 def test_reranked_ivfpq_recovers_exact_neighbours_on_clustered_vectors(tmp_path):
     import faiss
 
@@ -425,6 +428,8 @@ def test_bad_options_name_the_problem(flashrag, minilm, tmp_path):
         exact_retriever(corpus, encoder=None, index_path=index_path).ef_search = 8
     with pytest.raises(ValueError, match="mmap=True maps a prebuilt index file"):
         exact_retriever(MINI, encoder=minilm, mmap=True)
+    with pytest.raises(ValueError, match="e5-ivfpq keeps an fp16 vector file on disk"):
+        ivfpq_retriever(corpus, encoder=None, index_path=index_path, cache=False)
     with pytest.raises(ValueError, match="search_engine='torch' runs exact search only"):
         hnsw_retriever(MINI, encoder=minilm, search_engine="torch")
 
