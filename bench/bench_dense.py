@@ -156,23 +156,29 @@ def measure_reranked(vectors: np.ndarray, queries: np.ndarray, truth: np.ndarray
 
     n, dim = vectors.shape
     nlist, pq_m = args.ivfpq, default_pq_m(dim)
-    rng = np.random.default_rng(args.seed)
-    sample = vectors[np.sort(rng.choice(n, min(n, args.train_size), replace=False))]
-    ivf, train_s = timed(partial(train_ivfpq, nlist=nlist, pq_m=pq_m, seed=args.seed), sample)
-    del sample
-    _, add_s = timed(lambda: [ivf.add(vectors[s : s + 100_000]) for s in range(0, n, 100_000)])
-    fp16_file = Path(args.cache) / f"fp16-{args.source.replace('/', '_')}-{n}-{dim}.npy"
-    fp16_file.parent.mkdir(parents=True, exist_ok=True)
-    fp16, fp16_s = timed(
-        lambda: write_fp16_vectors(
-            (vectors[s : s + 100_000] for s in range(0, n, 100_000)), fp16_file, count=n, dim=dim, progress=False
-        )
-    )
+    stem = f"ivfpq{nlist}-m{pq_m}-t{args.train_size}-s{args.seed}-{args.source.replace('/', '_')}-{n}-{dim}"
+    ivf_file, fp16_file = Path(args.cache) / f"{stem}.faiss", Path(args.cache) / f"fp16-{stem}.npy"
+    times_file = ivf_file.with_suffix(".json")
+    if ivf_file.exists() and fp16_file.exists() and times_file.exists():  # built by an earlier run: sweep only
+        ivf, fp16 = faiss.read_index(str(ivf_file)), np.load(fp16_file, mmap_mode="r")
+        train_s, add_s, fp16_s = json.loads(times_file.read_text())
+        print(f"IVF-PQ index and fp16 file loaded from {ivf_file.parent} (built by an earlier run)")
+    else:
+        rng = np.random.default_rng(args.seed)
+        sample = vectors[np.sort(rng.choice(n, min(n, args.train_size), replace=False))]
+        ivf, train_s = timed(partial(train_ivfpq, nlist=nlist, pq_m=pq_m, seed=args.seed), sample)
+        del sample
+        _, add_s = timed(lambda: [ivf.add(vectors[s : s + 100_000]) for s in range(0, n, 100_000)])
+        fp16_file.parent.mkdir(parents=True, exist_ok=True)
+        blocks = (vectors[s : s + 100_000] for s in range(0, n, 100_000))
+        fp16, fp16_s = timed(partial(write_fp16_vectors, count=n, dim=dim, progress=False), blocks, fp16_file)
+        faiss.write_index(ivf, str(ivf_file))
+        times_file.write_text(json.dumps([train_s, add_s, fp16_s]))
     index = RerankedIVFPQ(ivf, fp16)
     print(
         f"IVF{nlist},PQ{pq_m} + fp16 re-rank: train {train_s:.1f} s ({args.train_size:,} vectors), add {add_s:.1f} s, "
         f"fp16 file {fp16_s:.1f} s ({fp16_file.stat().st_size / 2**30:.2f} GiB on disk); codes "
-        f"{ivf.sa_code_size()} B/vector + 8 B id = {n * (ivf.sa_code_size() + 8) / 2**30:.2f} GiB in RAM"
+        f"{ivf.code_size} B + 8 B id per vector = {n * (ivf.code_size + 8) / 2**30:.2f} GiB in RAM"
     )
     rows = []
     for nprobe in [int(x) for x in args.nprobes.split(",")]:
