@@ -282,7 +282,7 @@ def _build(
         if keep is None and cache:
             keep = cache_root(cache_dir) / "dense" / _prebuilt_cache_name(Path(index_path), corpus)
         to_torch = search_engine == "torch" or (bool(use_gpu) and gpu_count() == 0)  # torch copies block by block
-        index = _from_prebuilt(Path(index_path), prebuilt, corpus, enc, kind, params, mmap or to_torch, keep, progress)
+        index = _from_prebuilt(Path(index_path), prebuilt, corpus, kind, params, mmap or to_torch, keep, progress)
     else:
         assert enc is not None
         if index_dir is None and cache:
@@ -324,7 +324,6 @@ def _from_prebuilt(
     path: Path,
     mapped: Any,
     corpus: Corpus,
-    encoder: Encoder | None,
     kind: IndexKind,
     params: dict[str, int],
     mmap: bool,
@@ -339,13 +338,10 @@ def _from_prebuilt(
     if index_kind(mapped) == kind:
         return mapped if mmap or kind != "exact" else read_index(path)
     vectors = flat_vectors(mapped)  # a view into the mapping: ``mapped`` must outlive it
-    directory = keep
-    key = encoder_key(encoder.describe()) if encoder is not None else None
-    record = _record(kind, params, corpus, key, int(mapped.d))
+    # The vectors are the file's, whatever encoder searches them: the record names no encoder.
+    record = _record(kind, params, corpus, None, int(mapped.d))
     blocks = [vectors[s : s + _ADD_BLOCK] for s in range(0, len(vectors), _ADD_BLOCK)]
-    index = _index_from_blocks(kind, params, blocks, len(corpus), int(mapped.d), directory, record, progress)
-    del vectors
-    return index
+    return _index_from_blocks(kind, params, blocks, len(corpus), int(mapped.d), keep, record, progress)
 
 
 def _prebuilt_cache_name(path: Path, corpus: Corpus) -> str:
@@ -404,7 +400,8 @@ def _index_from_blocks(
 
 
 def _file_stem(kind: IndexKind, params: dict[str, int]) -> str:
-    """``hnsw-m64-efc40``, ``ivfpq-nlist1024-m64-t65536-s0``: one file per parameter set, so sets coexist."""
+    """``hnsw-m64-efc40``, ``ivfpq-nlist1024-m0-t65536-s0`` (m0: the default for the dimension): one file per
+    parameter set, so sets coexist."""
     short = {"ef_construction": "efc", "pq_m": "m", "train_size": "t", "seed": "s"}
     return "-".join([kind] + [f"{short.get(k, k)}{v}" for k, v in params.items()])
 
@@ -415,7 +412,7 @@ def _load_built(directory: Path, stem: str, record: dict[str, Any]) -> Any | Non
         return None
     stored = json.loads(record_file.read_text())
     for key in ("corpus_checksum", "corpus_size", "encoder", "dim", "index_type", "metric", "params"):
-        if key == "encoder" and record[key] is None:  # built from a prebuilt file without an encoder at hand
+        if key == "encoder" and record[key] is None:  # derived from a prebuilt file: its vectors, no encoder
             continue
         check_same(key.replace("_", " "), directory, stored.get(key), record[key])
     return read_index(index_file)
