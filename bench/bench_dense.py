@@ -4,6 +4,9 @@ Vectors:
 * ``--source synthetic`` (default): a clustered Gaussian mixture on the unit sphere — ``N/200`` cluster
   centres, each point = centre + isotropic noise, renormalised; queries are fresh draws from the same
   mixture. Pure random vectors are never used: they have no neighbourhoods and make HNSW look broken.
+* ``--source e5-like``: the same mixture drawn with the mean and covariance of the 1,000 real e5-base-v2
+  passage vectors of FlashRAG's sample index (``--e5-index``): real E5 geometry — a strong shared direction
+  (mean norm 0.84, pairwise cosine ≈ 0.7) and an anisotropic spread — that isotropic noise lacks.
 * ``--source DIR``: real passage vectors from an embedding cache directory (``vectors-*.npy`` written by
   ``searchenv.retrievers.embed``); queries are the MiniLM embeddings of ``--questions`` (real NQ questions).
 
@@ -18,6 +21,8 @@ as one JSON line, to ``--json``.
     python bench/bench_dense.py --n 200000
     python bench/bench_dense.py --n 1000000 --phase build   # repeat until "graph saved" without "run again"
     python bench/bench_dense.py --n 1000000 --phase search  # exact + GEMM floor + HNSW sweep on the saved graph
+    python bench/bench_dense.py --n 1000000 --source e5-like --phase exact --ivfpq 1024 --single 10
+        # + IVF-PQ re-ranked from a memory-mapped fp16 file (searchenv's e5-ivfpq), nprobe x candidates sweep
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import argparse
 import json
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 import faiss
@@ -47,6 +53,31 @@ def clustered_vectors(n: int, dim: int, seed: int, *, per_cluster: int = 200, no
         stop = min(start + 100_000, n)
         block = centres[rng.integers(0, len(centres), stop - start)]
         block += rng.standard_normal((stop - start, dim), dtype=np.float32) * (noise / np.sqrt(dim))
+        out[start:stop] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    return out
+
+
+def e5_like_vectors(n: int, index_path: Path, seed: int, *, per_cluster: int = 200, spread: float = 0.5) -> np.ndarray:
+    """Unit vectors from a Gaussian mixture with the mean and covariance of real e5 passage vectors.
+
+    Centres ~ N(mean, (1 - spread)·C), points = centre + N(0, spread·C), renormalised, where ``mean`` and ``C``
+    are estimated from the real vectors in ``index_path`` (a flat faiss index).
+    """
+    real = faiss.read_index(str(index_path))
+    sample = real.reconstruct_n(0, real.ntotal)
+    mean = sample.mean(axis=0)
+    values, vecs = np.linalg.eigh(np.cov((sample - mean).T))
+    root = (vecs * np.sqrt(np.clip(values, 0, None))).astype(np.float32)  # C = root @ root.T
+    rng = np.random.default_rng(seed)
+    dim = len(mean)
+    centres = (
+        mean + np.sqrt(1 - spread) * rng.standard_normal((max(n // per_cluster, 1), dim), dtype=np.float32) @ root.T
+    )
+    out = np.empty((n, dim), dtype=np.float32)
+    for start in range(0, n, 100_000):
+        stop = min(start + 100_000, n)
+        block = centres[rng.integers(0, len(centres), stop - start)]
+        block += np.sqrt(spread) * rng.standard_normal((stop - start, dim), dtype=np.float32) @ root.T
         out[start:stop] = block / np.linalg.norm(block, axis=1, keepdims=True)
     return out
 
@@ -119,6 +150,60 @@ def measure_factory(spec: str, vectors: np.ndarray, queries: np.ndarray, truth: 
     return row
 
 
+def measure_reranked(vectors: np.ndarray, queries: np.ndarray, truth: np.ndarray, args) -> list[dict]:
+    """searchenv's e5-ivfpq path: IVF-PQ candidates re-ranked exactly from a memory-mapped fp16 vector file."""
+    from searchenv.retrievers.ivfpq import RerankedIVFPQ, default_pq_m, train_ivfpq, write_fp16_vectors
+
+    n, dim = vectors.shape
+    nlist, pq_m = args.ivfpq, default_pq_m(dim)
+    stem = f"ivfpq{nlist}-m{pq_m}-t{args.train_size}-s{args.seed}-{args.source.replace('/', '_')}-{n}-{dim}"
+    ivf_file, fp16_file = Path(args.cache) / f"{stem}.faiss", Path(args.cache) / f"fp16-{stem}.npy"
+    times_file = ivf_file.with_suffix(".json")
+    if ivf_file.exists() and fp16_file.exists() and times_file.exists():  # built by an earlier run: sweep only
+        ivf, fp16 = faiss.read_index(str(ivf_file)), np.load(fp16_file, mmap_mode="r")
+        train_s, add_s, fp16_s = json.loads(times_file.read_text())
+        print(f"IVF-PQ index and fp16 file loaded from {ivf_file.parent} (built by an earlier run)")
+    else:
+        rng = np.random.default_rng(args.seed)
+        sample = vectors[np.sort(rng.choice(n, min(n, args.train_size), replace=False))]
+        ivf, train_s = timed(partial(train_ivfpq, nlist=nlist, pq_m=pq_m, seed=args.seed), sample)
+        del sample
+        _, add_s = timed(lambda: [ivf.add(vectors[s : s + 100_000]) for s in range(0, n, 100_000)])
+        fp16_file.parent.mkdir(parents=True, exist_ok=True)
+        blocks = (vectors[s : s + 100_000] for s in range(0, n, 100_000))
+        fp16, fp16_s = timed(partial(write_fp16_vectors, count=n, dim=dim, progress=False), blocks, fp16_file)
+        faiss.write_index(ivf, str(ivf_file))
+        times_file.write_text(json.dumps([train_s, add_s, fp16_s]))
+    index = RerankedIVFPQ(ivf, fp16)
+    print(
+        f"IVF{nlist},PQ{pq_m} + fp16 re-rank: train {train_s:.1f} s ({args.train_size:,} vectors), add {add_s:.1f} s, "
+        f"fp16 file {fp16_s:.1f} s ({fp16_file.stat().st_size / 2**30:.2f} GiB on disk); codes "
+        f"{ivf.code_size} B + 8 B id per vector = {n * (ivf.code_size + 8) / 2**30:.2f} GiB in RAM"
+    )
+    rows = []
+    for nprobe in [int(x) for x in args.nprobes.split(",")]:
+        for candidates in [int(x) for x in args.candidates.split(",")]:
+            index.nprobe, index.candidates = nprobe, candidates
+            (_, approx), batched_s = timed(index.search, queries, args.k)
+            row = {
+                "index": f"IVF{nlist},PQ{pq_m}+rerank",
+                "nprobe": nprobe,
+                "candidates": candidates,
+                "train_s": train_s,
+                "add_s": add_s,
+                "recall": recall_at(approx, truth),
+                "batched_qps": len(queries) / batched_s,
+                "single_qps": single_qps(index, queries, args.k, min(len(queries), 200)),
+            }
+            rows.append(row)
+            print(
+                f"  nprobe {nprobe:>3}, candidates {candidates:>4}: recall@{args.k} {row['recall']:.3f}, "
+                f"batched {row['batched_qps']:.0f} q/s, single {row['single_qps']:.0f} q/s",
+                flush=True,
+            )
+    return rows
+
+
 def hnsw_graph(vectors: np.ndarray, graph: Path, args) -> tuple[object | None, dict]:
     """The finished graph's path, or the graph after adding up to ``--build-budget-s`` of 50k-row steps (saved).
 
@@ -179,6 +264,14 @@ def main() -> None:
     )
     parser.add_argument("--nprobe", type=int, default=32, help="IVF lists probed per query for --extra IVF indexes")
     parser.add_argument("--train-size", type=int, default=100_000, help="training sample for --extra indexes")
+    parser.add_argument(
+        "--ivfpq", type=int, default=0, help="also measure e5-ivfpq (IVF-PQ + fp16 re-rank) with this nlist"
+    )
+    parser.add_argument("--nprobes", default="16,32,64", help="nprobe sweep for --ivfpq")
+    parser.add_argument(
+        "--candidates", default="3,100,300,1000", help="re-rank depth sweep for --ivfpq (3 = no re-rank)"
+    )
+    parser.add_argument("--e5-index", default="../shared/data/corpus/flashrag_sample_e5_flat.index")
     parser.add_argument("--json", default=None, help="append results as one JSON line to this file")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -188,6 +281,10 @@ def main() -> None:
         data = clustered_vectors(args.n + args.queries, args.dim, args.seed)
         vectors, queries = data[: args.n], np.ascontiguousarray(data[args.n :])
         label = f"synthetic clustered {args.n:,} × {args.dim}"
+    elif args.source == "e5-like":
+        data = e5_like_vectors(args.n + args.queries, Path(args.e5_index), args.seed)
+        vectors, queries = data[: args.n], np.ascontiguousarray(data[args.n :])
+        label = f"e5-like clustered {args.n:,} × {data.shape[1]} (mean/covariance of real e5 vectors)"
     else:
         vectors, queries = real_vectors(Path(args.source), Path(args.questions), args.queries)
         label = f"real vectors {len(vectors):,} × {vectors.shape[1]} from {args.source}"
@@ -241,6 +338,7 @@ def main() -> None:
             f"HNSW efSearch {ef:>3}: recall@{args.k} {row['recall']:.3f}, batched {row['batched_qps']:.0f} q/s, "
             f"single {row['single_qps']:.0f} q/s"
         )
+    result["reranked"] = measure_reranked(vectors, queries, truth, args) if args.ivfpq else []
     result["extra"] = [measure_factory(spec, vectors, queries, truth, args) for spec in args.extra]
     result["process_rss_gb"] = rss_gb() - base
     if args.json:

@@ -1,6 +1,6 @@
 """Search backends behind one contract: ``search(queries, k) -> list[list[Passage]]``.
 
-:func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``, ``"web"``), a
+:func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``, ``"e5-ivfpq"``, ``"web"``), a
 ``"package.module:factory"`` reference or a URL of a running retrieval service into a retriever over a corpus.
 Engines are imported only when asked for, so ``import searchenv`` never pulls in torch, faiss or a JVM.
 
@@ -36,6 +36,7 @@ RETRIEVERS: dict[str, str] = {
     "bm25": "searchenv.retrievers.bm25:BM25Retriever",
     "e5-exact": "searchenv.retrievers.dense:exact_retriever",
     "e5-hnsw": "searchenv.retrievers.dense:hnsw_retriever",
+    "e5-ivfpq": "searchenv.retrievers.dense:ivfpq_retriever",
     "web": "searchenv.retrievers.web_search:BraveSearchRetriever",
 }
 
@@ -48,7 +49,12 @@ _DENSE_OPTIONS: dict[str, type] = {
     "encoder": object,
     "index_dir": str,
     "index_path": str,
+    "cache_dir": str,
+    "cache": bool,
+    "mmap": bool,
     "use_gpu": bool,
+    "search_engine": str,
+    "search_device": str,
     "shard_size": int,
     "progress": bool,
     "family": str,
@@ -74,6 +80,15 @@ RETRIEVER_OPTIONS: dict[str, dict[str, type]] = {
     },
     "e5-exact": dict(_DENSE_OPTIONS),
     "e5-hnsw": {**_DENSE_OPTIONS, "m": int, "ef_construction": int, "ef_search": int},
+    "e5-ivfpq": {
+        **_DENSE_OPTIONS,
+        "nlist": int,
+        "pq_m": int,
+        "nprobe": int,
+        "candidates": int,
+        "train_size": int,
+        "seed": int,
+    },
     "web": {
         "api_key": str,
         "api_key_env": str,

