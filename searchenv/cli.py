@@ -138,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_verl_data_parser(commands)
     add_train_ppo_parser(commands)
     add_train_trl_parser(commands)
+
+    from searchenv.evaluation.cli import add_evaluation_parsers  # eval, eval-data, view
+
+    add_evaluation_parsers(commands)
     return parser
 
 
