@@ -261,9 +261,10 @@ class EndpointPolicy:
             "max_tokens": max_tokens or self.sampling.max_new_tokens,
             "temperature": self.sampling.temperature,
             "top_p": self.sampling.top_p,
-            "stop": list(stop),
             "seed": self.sampling.seed,
         }
+        if stop:  # some servers fail on an empty list
+            body["stop"] = list(stop)
         if self.mode == "completions":
             text = _chat_text(self.tokenizer, context, self.chat_template) if self.tokenizer else None
             body["prompt"] = text if text is not None else context.prompt + context.response

@@ -33,8 +33,9 @@ __all__ = ["Cell", "TranscriptStore", "episode_record", "record_key", "run_cell"
 class Cell:
     """One (policy, method, retriever, dataset) combination and the questions it is evaluated on.
 
-    ``settings`` are the episode settings (protocol, max_turns, budget, topk, max_information_words, reward); they
-    are stored with every record so that a rerun with different settings cannot silently mix results.
+    ``settings`` are the episode and decoding settings (protocol, chat_template, max_turns, budget, topk,
+    max_information_words, reward, temperature, top_p, token caps); they are stored with every record so that a
+    rerun with different settings cannot silently mix results.
     """
 
     policy: str

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,6 +192,12 @@ def _settings(args: argparse.Namespace, model: ModelSpec) -> tuple[dict[str, Any
     settings, mismatches = replay_settings(trained, requested, DEFAULTS)
     settings["chat_template"] = _TRI.get(settings["chat_template"], settings["chat_template"])
     settings["reward"] = args.reward
+    settings.update(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        max_total_tokens=args.max_total_tokens,
+    )
     return settings, [str(m) for m in mismatches], trained.get("retriever")
 
 
@@ -270,6 +277,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     progress = tqdm(total=total, unit="episode", desc="eval", dynamic_ncols=True)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` and job schedulers stop as cleanly as Ctrl-C
     try:
         for model in models:
             _run_model(args, model, methods, datasets, retrievers, store, judge, progress, notes)
@@ -282,6 +290,8 @@ def run_eval(args: argparse.Namespace) -> int:
         )
         _write_report(store, output, notes, args.no_plot)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     progress.close()
     _write_report(store, output, notes, args.no_plot)
     return 0
@@ -309,13 +319,17 @@ def _run_model(
         for label, examples in datasets.items():
             for method in methods:
                 key = (model.label, method, retriever, label)
-                pending = [e for e in examples if (*key, e[0]) not in store.records]
+                pending = [e for e in examples if not store.done((*key, e[0]), settings)]
                 progress.update(len(examples) - len(pending))
                 if not pending:
                     continue
                 policy = policy or _policy(args, model, settings["chat_template"])
                 cell = Cell(model.label, method, retriever, label, examples, settings, trained_on, mismatches)
                 run_cell(cell, policy, engine, store, batch_size=args.batch_size, judge=judge, progress=progress)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _write_report(store: TranscriptStore, output: Path, notes: list[str], no_plot: bool) -> None:
