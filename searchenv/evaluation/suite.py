@@ -115,6 +115,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     out = parser.add_argument_group("output")
     out.add_argument("--output", default="runs/eval", help="folder for transcripts.jsonl, report.md, metrics.csv/png")
     out.add_argument("--no-plot", action="store_true")
+    out.add_argument("--report-only", action="store_true", help="rewrite the report from --output's transcripts")
 
 
 # -- validation and loading (nothing heavy) ----------------------------------------------------------------------
@@ -252,6 +253,12 @@ def run_eval(args: argparse.Namespace) -> int:
     """Run ``searchenv eval`` from parsed arguments; returns the exit code (130 after Ctrl-C, results kept)."""
     from searchenv.reward_specs import load_reward
 
+    if args.report_only:
+        store = TranscriptStore(Path(args.output) / "transcripts.jsonl")
+        if not store.records:
+            raise FileNotFoundError(f"no finished episodes in {store.path}; run the evaluation first")
+        _write_report(store, Path(args.output), [], args.no_plot)
+        return 0
     models = [ModelSpec.parse(m) for item in (args.model or ["smollm2-135m"]) for m in _csv(item)]
     methods = _methods(args)
     retriever_names = _csv(args.retrievers)
