@@ -100,6 +100,9 @@ def test_interrupted_eval_resumes_without_losing_or_redoing_episodes(smollm2_dir
     assert len({r["id"] for r in records}) == 3
     assert main(args + ["--max-new-tokens", "9"]) == 2  # other settings must not mix into the same file
     assert "already holds" in capsys.readouterr().err
+    (out / "report.md").unlink()
+    assert main(["eval", "--output", str(out), "--report-only", "--no-plot"]) == 0
+    assert "| smollm2-135m | direct | bm25 | world | 3 |" in (out / "report.md").read_text()
 
 
 def test_bad_inputs_get_clear_errors_before_any_model_loads(tmp_path, capsys):
