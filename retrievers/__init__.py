@@ -1,8 +1,8 @@
 """Search backends behind one contract: ``search(queries, k) -> list[list[Passage]]``.
 
-:func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``, ``"e5-ivfpq"``, ``"web"``), a
-``"package.module:factory"`` reference or a URL of a running retrieval service into a retriever over a corpus.
-Engines are imported only when asked for, so ``import searchenv`` never pulls in torch, faiss or a JVM.
+:func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``, ``"e5-ivfpq"``,
+``"web"``), a ``"package.module:factory"`` reference or a URL of a running retrieval service into a retriever
+over a corpus. Engines are imported only when asked for, so ``import searchenv`` never pulls in torch, faiss or a JVM.
 
 :data:`RETRIEVER_OPTIONS` lists the options every engine accepts, so that :func:`check_retriever_options`
 can refuse a misspelt or mistyped option before any index is built (the CLI and

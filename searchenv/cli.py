@@ -194,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     from searchenv.paper_setup import add_prepare_parser  # `searchenv prepare`: wiki-18 and the E5 indexes
 
     add_prepare_parser(commands)
+
+    from searchenv.evaluation.cli import add_evaluation_parsers  # eval, eval-data, view
+
+    add_evaluation_parsers(commands)
     return parser
 
 

@@ -1,0 +1,356 @@
+"""``searchenv eval``: policies x methods x retrievers x datasets in one resumable run, then the report.
+
+Everything is validated before any model or index loads (datasets, reward, retrievers, endpoint reachability);
+each retriever is built once and shared by every cell; each model is loaded once and plays every cell; finished
+episodes go to ``transcripts.jsonl`` as they finish, so Ctrl-C or a crash loses at most one batch and a rerun of
+the same command resumes. The report (``report.md``), ``metrics.csv`` and ``metrics.png`` are rewritten at the end
+from every record in the transcripts file, including those of earlier runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from searchenv.evaluation.baselines import METHODS
+from searchenv.evaluation.checkpoint import REPLAYED, read_run_settings, replay_settings
+from searchenv.evaluation.evalset import eval_split, subsample
+from searchenv.evaluation.policies import EndpointPolicy, EvalSampling, LocalPolicy, Policy, VLLMPolicy
+from searchenv.evaluation.report import markdown_report, plot_summary, summarize, write_csv
+from searchenv.evaluation.runner import Cell, TranscriptStore, run_cell
+from searchenv.types import QAExample
+
+__all__ = ["DEFAULTS", "ModelSpec", "add_eval_arguments", "run_eval"]
+
+#: Episode settings used when neither the user nor the checkpoint's searchenv_run.json gives one.
+DEFAULTS: dict[str, Any] = {
+    "protocol": "search-r1",
+    "chat_template": None,
+    "max_turns": 4,
+    "budget": "actions",
+    "topk": 3,
+    "max_information_words": 400,
+}
+_TRI = {"auto": None, "on": True, "off": False}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """``--model`` item: ``path``, an alias, or ``label=path``."""
+
+    label: str
+    path: str
+
+    @classmethod
+    def parse(cls, text: str) -> ModelSpec:
+        label, sep, path = text.partition("=")
+        if not sep:
+            path = text
+            label = Path(text.rstrip("/")).name or text
+        if not path or not label:
+            raise ValueError(f"--model item {text!r}: expected PATH, ALIAS or LABEL=PATH")
+        return cls(label, path)
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_argument_group("what to evaluate")
+    what.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        help="checkpoint dir, 'smollm2-135m', or LABEL=PATH; repeat or comma-separate (default: smollm2-135m)",
+    )
+    what.add_argument("--policy", choices=["local", "vllm", "endpoint"], default="local", help="how to run the model")
+    what.add_argument("--baselines", default="", help="comma list of direct,rag to run beside the agent")
+    what.add_argument("--no-agent", action="store_true", help="run only the --baselines")
+    data = parser.add_argument_group("data and retrieval")
+    data.add_argument(
+        "--datasets",
+        default="world",
+        help="comma list: world, nq, triviaqa, popqa, hotpotqa, 2wikimultihopqa, musique, bamboogle, or files",
+    )
+    data.add_argument("--split", default=None, help="split of named sets (default: test, or dev where none)")
+    data.add_argument("--data-dir", default=None, help="local folder with <name>/<split>.jsonl (else the hub)")
+    data.add_argument("--corpus", default=None, help="passage jsonl (default: the world's corpus)")
+    data.add_argument("--retrievers", "--retriever", default="bm25", help="comma list: bm25,random,e5-exact,...")
+    data.add_argument("--retriever-option", action="append", default=[], help="KEY=VALUE for every retriever")
+    data.add_argument("--reward", default="em", help="reward spec of the 'reward' column (default: em)")
+    data.add_argument("--limit", type=int, default=None, help="questions per dataset (seeded subsample)")
+    data.add_argument("--seed", type=int, default=0, help="seed of the subsample and of sampling (default: 0)")
+    episode = parser.add_argument_group("episode (default: the checkpoint's searchenv_run.json, else as shown)")
+    episode.add_argument("--protocol", default=None, help=f"default {DEFAULTS['protocol']}")
+    episode.add_argument("--chat-template", choices=list(_TRI), default=None, help="default auto")
+    episode.add_argument("--max-turns", type=int, default=None, help=f"default {DEFAULTS['max_turns']}")
+    episode.add_argument("--budget", choices=["actions", "extra-answer-turn"], default=None, help="default actions")
+    episode.add_argument("--topk", type=int, default=None, help=f"default {DEFAULTS['topk']}")
+    episode.add_argument("--max-information-words", type=int, default=None, help="default 400")
+    gen = parser.add_argument_group("generation")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default, as the papers evaluate)")
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--max-new-tokens", type=int, default=500, help="per turn (default 500)")
+    gen.add_argument("--max-total-tokens", type=int, default=4096, help="prompt + response (default 4096)")
+    gen.add_argument("--batch-size", type=int, default=8, help="episodes played together (default 8)")
+    gen.add_argument("--device", default="", help="local policy device (default: cuda when available)")
+    gen.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    end = parser.add_argument_group("endpoint policy and LLM judge (OpenAI-compatible servers)")
+    end.add_argument("--endpoint", default=None, help="base URL, e.g. http://127.0.0.1:8000")
+    end.add_argument("--endpoint-model", default=None, help="model name to request (default: the --model value)")
+    end.add_argument("--endpoint-mode", choices=["completions", "chat"], default="completions")
+    end.add_argument("--endpoint-extra", default=None, help="JSON object merged into every request body")
+    end.add_argument("--tokenizer", default=None, help="local tokenizer dir, to apply the chat template client-side")
+    end.add_argument("--concurrency", type=int, default=8)
+    end.add_argument("--retries", type=int, default=4)
+    end.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
+    end.add_argument("--judge-url", default=None, help="enable LLM-as-judge accuracy (ACC_L) with this endpoint")
+    end.add_argument("--judge-model", default=None)
+    out = parser.add_argument_group("output")
+    out.add_argument("--output", default="runs/eval", help="folder for transcripts.jsonl, report.md, metrics.csv/png")
+    out.add_argument("--no-plot", action="store_true")
+    out.add_argument("--report-only", action="store_true", help="rewrite the report from --output's transcripts")
+
+
+# -- validation and loading (nothing heavy) ----------------------------------------------------------------------
+def _methods(args: argparse.Namespace) -> list[str]:
+    baselines = _csv(args.baselines)
+    if any(b not in METHODS or b == "agent" for b in baselines):
+        raise ValueError(f"--baselines takes a comma list of direct,rag (got {args.baselines!r})")
+    methods = list(dict.fromkeys(([] if args.no_agent else ["agent"]) + baselines))
+    if not methods:
+        raise ValueError("--no-agent needs --baselines direct,rag (nothing to evaluate)")
+    return methods
+
+
+def _datasets(args: argparse.Namespace) -> dict[str, list[tuple[str, QAExample]]]:
+    from searchenv.data import HUB_DATASETS, load_dataset
+
+    out: dict[str, list[tuple[str, QAExample]]] = {}
+    for name in _csv(args.datasets):
+        split = args.split or (eval_split(name) if name in HUB_DATASETS else "test")
+        examples = load_dataset(name, split, data_dir=args.data_dir)
+        label = name if name in HUB_DATASETS or name == "world" else Path(name).stem
+        ids = [e.id for e in examples]
+        unique = len(set(ids)) == len(ids)
+        chosen = subsample(len(examples), args.limit, args.seed)
+        out[label] = [(examples[i].id if unique else f"#{i}", examples[i]) for i in chosen]
+    if not out:
+        raise ValueError("--datasets is empty")
+    needs_corpus = [d for d in out if d != "world"]
+    if needs_corpus and args.corpus is None and not all(r.startswith("http") for r in _csv(args.retrievers)):
+        raise ValueError(f"datasets {needs_corpus} need --corpus PATH (passage jsonl); only 'world' has its own")
+    return out
+
+
+def _retriever_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in args.retriever_option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--retriever-option {item!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+def _validate_retrievers(names: list[str]) -> None:
+    from searchenv.retrievers import RETRIEVERS
+
+    for name in names:
+        if name not in RETRIEVERS and not name.startswith(("http://", "https://")):
+            raise ValueError(f"unknown retriever {name!r}; choose from {sorted(RETRIEVERS)} or an http(s):// URL")
+
+
+def _build_retrievers(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    """Each engine once over the corpus, shared by every cell that uses it."""
+    from searchenv.env import _load_corpus
+    from searchenv.retrievers import make_retriever
+
+    corpus = _load_corpus(args.corpus)
+    options = _retriever_options(args)
+    built = {}
+    for name in names:
+        print(f"building retriever {name} over {len(corpus)} passages …", flush=True)
+        if name.startswith("http"):
+            built[name] = make_retriever(name)
+        else:
+            built[name] = make_retriever(name, corpus, **options)
+    return built
+
+
+def _settings(args: argparse.Namespace, model: ModelSpec) -> tuple[dict[str, Any], list[str], str | None]:
+    trained = read_run_settings(model.path) if args.policy != "endpoint" else {}
+    requested = {key: getattr(args, key) for key in REPLAYED}
+    settings, mismatches = replay_settings(trained, requested, DEFAULTS)
+    settings["chat_template"] = _TRI.get(settings["chat_template"], settings["chat_template"])
+    settings["reward"] = args.reward
+    settings.update(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        max_total_tokens=args.max_total_tokens,
+    )
+    return settings, [str(m) for m in mismatches], trained.get("retriever")
+
+
+def _sampling(args: argparse.Namespace) -> EvalSampling:
+    return EvalSampling(args.temperature, args.top_p, args.max_new_tokens, args.max_total_tokens, args.seed)
+
+
+def _policy(args: argparse.Namespace, model: ModelSpec, chat_template: bool | None) -> Policy:
+    sampling = _sampling(args)
+    if args.policy == "local":
+        return LocalPolicy.load(model.path, sampling, chat_template, name=model.label, device=args.device)
+    if args.policy == "vllm":
+        return VLLMPolicy(model.path, sampling, chat_template, name=model.label)
+    return _endpoint(args, model, sampling, chat_template)
+
+
+def _endpoint(args: argparse.Namespace, model: ModelSpec, sampling: EvalSampling, chat: bool | None) -> EndpointPolicy:
+    if not args.endpoint:
+        raise ValueError("--policy endpoint needs --endpoint URL (an OpenAI-compatible server)")
+    extra = json.loads(args.endpoint_extra) if args.endpoint_extra else None
+    if extra is not None and not isinstance(extra, dict):
+        raise ValueError("--endpoint-extra must be a JSON object")
+    return EndpointPolicy(
+        args.endpoint,
+        args.endpoint_model or model.path,
+        sampling,
+        mode=args.endpoint_mode,
+        chat_template=bool(chat) if args.tokenizer else False,
+        tokenizer=args.tokenizer,
+        concurrency=args.concurrency,
+        retries=args.retries,
+        timeout=args.timeout,
+        extra_body=extra,
+        name=model.label,
+    )
+
+
+def _judge(args: argparse.Namespace) -> Any:
+    if not args.judge_url:
+        return None
+    from searchenv.evaluation.judge import LLMJudge
+
+    if not args.judge_model:
+        raise ValueError("--judge-url needs --judge-model (the model name the judge server serves)")
+    judge = LLMJudge(args.judge_url, args.judge_model, retries=args.retries, timeout=args.timeout)
+    judge.endpoint.check()
+    return judge
+
+
+# -- the run -------------------------------------------------------------------------------------------------------
+def run_eval(args: argparse.Namespace) -> int:
+    """Run ``searchenv eval`` from parsed arguments; returns the exit code (130 after Ctrl-C, results kept)."""
+    from searchenv.reward_specs import load_reward
+
+    if args.report_only:
+        store = TranscriptStore(Path(args.output) / "transcripts.jsonl")
+        if not store.records:
+            raise FileNotFoundError(f"no finished episodes in {store.path}; run the evaluation first")
+        _write_report(store, Path(args.output), [], args.no_plot)
+        return 0
+    models = [ModelSpec.parse(m) for item in (args.model or ["smollm2-135m"]) for m in _csv(item)]
+    methods = _methods(args)
+    retriever_names = _csv(args.retrievers)
+    _validate_retrievers(retriever_names)
+    load_reward(args.reward)
+    if args.limit is not None and args.limit < 1 or args.batch_size < 1:
+        raise ValueError("--limit and --batch-size must be positive")
+    datasets = _datasets(args)
+    sampling = _sampling(args)  # validates temperature / lengths
+    if args.policy == "endpoint":
+        for model in models:
+            _endpoint(args, model, sampling, False).check()
+    judge = _judge(args)
+    output = Path(args.output)
+    store = TranscriptStore(output / "transcripts.jsonl")
+    retrievers = _build_retrievers(args, retriever_names)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    notes: list[str] = []
+    total = len(models) * len(retriever_names) * len(methods) * sum(len(v) for v in datasets.values())
+    from tqdm.auto import tqdm
+
+    progress = tqdm(total=total, unit="episode", desc="eval", dynamic_ncols=True)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` and job schedulers stop as cleanly as Ctrl-C
+    try:
+        for model in models:
+            _run_model(args, model, methods, datasets, retrievers, store, judge, progress, notes)
+    except KeyboardInterrupt:
+        progress.close()
+        print(
+            f"\ninterrupted: {len(store.records)} finished episodes are in {store.path}; rerun the same command to "
+            "resume (finished episodes are skipped)",
+            file=sys.stderr,
+        )
+        _write_report(store, output, notes, args.no_plot)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    progress.close()
+    _write_report(store, output, notes, args.no_plot)
+    return 0
+
+
+def _run_model(
+    args: argparse.Namespace,
+    model: ModelSpec,
+    methods: list[str],
+    datasets: dict[str, list[tuple[str, QAExample]]],
+    retrievers: dict[str, Any],
+    store: TranscriptStore,
+    judge: Any,
+    progress: Any,
+    notes: list[str],
+) -> None:
+    """Every (retriever, dataset, method) cell of one model; the model loads only if some episode is left."""
+    settings, mismatches, trained_on = _settings(args, model)
+    for m in mismatches:
+        note = f"{model.label}: {m} (asked for; the checkpoint's own setting differs)"
+        print(f"warning: {note}", file=sys.stderr)
+        notes.append(note)
+    policy = None
+    for retriever, engine in retrievers.items():
+        for label, examples in datasets.items():
+            for method in methods:
+                key = (model.label, method, retriever, label)
+                pending = [e for e in examples if not store.done((*key, e[0]), settings)]
+                progress.update(len(examples) - len(pending))
+                if not pending:
+                    continue
+                policy = policy or _policy(args, model, settings["chat_template"])
+                cell = Cell(model.label, method, retriever, label, examples, settings, trained_on, mismatches)
+                run_cell(cell, policy, engine, store, batch_size=args.batch_size, judge=judge, progress=progress)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _write_report(store: TranscriptStore, output: Path, notes: list[str], no_plot: bool) -> None:
+    rows = summarize(store.records.values())
+    if not rows:
+        return
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "report.md").write_text(markdown_report(rows, notes), encoding="utf-8")
+    write_csv(rows, output / "metrics.csv")
+    written = [output / "report.md", output / "metrics.csv"]
+    if not no_plot:
+        try:
+            written.append(plot_summary(rows, output / "metrics.png"))
+        except ImportError:
+            print("note: plots need matplotlib (pip install 'searchenv[plot]'); skipped", file=sys.stderr)
+    print(markdown_report(rows, notes))
+    print("wrote " + ", ".join(str(p) for p in written))

@@ -1,0 +1,219 @@
+"""``searchenv eval`` with real parts: SmolLM2-135M through transformers, a real ``transformers serve`` on loopback,
+BM25 over the generated world and the real QA files in ../shared/data."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from searchenv.cli import main
+from searchenv.evaluation import suite
+from searchenv.evaluation.checkpoint import RUN_FILE, read_run_settings, replay_settings
+from searchenv.evaluation.evalset import build_eval_set, write_eval_set
+from searchenv.evaluation.policies import Context, EndpointPolicy, EvalSampling, LocalPolicy, PolicyError
+from searchenv.evaluation.runner import TranscriptStore
+
+TINY = ["--datasets", "world", "--limit", "2", "--max-new-tokens", "8", "--max-turns", "2", "--batch-size", "2"]
+TINY += ["--protocol", "search-r1-fewshot", "--chat-template", "off", "--no-plot"]
+
+
+def _records(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "transcripts.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def local_policy(smollm2_dir):
+    from searchenv.adapters.generation import load_policy
+
+    model, tokenizer = load_policy(str(smollm2_dir))
+    return LocalPolicy(model, tokenizer, EvalSampling(max_new_tokens=12), chat_template=False, name="smollm2")
+
+
+def test_local_policy_stops_at_a_stop_string(local_policy):
+    example = "Question: Who founded Orvane Abbey?\n<answer> Tesk Mallor </answer>\n\nQuestion: Capital of France?\n"
+    out = local_policy.generate([Context(example, "<answer>"), Context("Say hi", "")], ["</answer>", "</search>"])
+    assert len(out) == 2
+    assert out[0].text.rstrip().endswith("</answer>") and out[0].finish_reason == "stop"
+    assert 0 < out[0].num_tokens <= 12
+    full = local_policy.generate([Context("x " * 9000, "")], ["</answer>"])  # past SmolLM2's 8192-token window
+    assert full[0].finish_reason == "context_full" and full[0].num_tokens == 0
+
+
+@pytest.mark.slow
+def test_eval_end_to_end_with_baselines(smollm2_dir, tmp_path):
+    out = tmp_path / "run"
+    args = ["eval", "--model", f"smol={smollm2_dir}", *TINY, "--baselines", "direct,rag", "--output", str(out)]
+    assert main(args) == 0
+    records = _records(out)
+    assert sorted(r["method"] for r in records) == ["agent", "agent", "direct", "direct", "rag", "rag"]
+    for r in records:
+        assert r["policy"] == "smol" and r["retriever"] == "bm25" and r["dataset"] == "world"
+        assert r["settings"]["protocol"] == "search-r1-fewshot" and r["settings"]["max_turns"] == 2
+        assert r["response_tokens"] > 0
+    direct = [r for r in records if r["method"] == "direct"]
+    rag = [r for r in records if r["method"] == "rag"]
+    assert all(r["num_searches"] == 0 and r["retrieval_hit"] is None and r["num_actions"] == 1 for r in direct)
+    assert all(r["num_searches"] == 1 and len(r["retrieved"]) == 1 and r["retrieval_hit"] in (0.0, 1.0) for r in rag)
+    report = (out / "report.md").read_text()
+    assert "study Table 4 layout" in report and "| smol | rag | bm25 |" in report
+    assert (out / "metrics.csv").read_text().count("\n") == 4  # header + 3 methods
+
+
+@pytest.mark.slow
+def test_interrupted_eval_resumes_without_losing_or_redoing_episodes(smollm2_dir, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    args = ["eval", "--model", str(smollm2_dir), *TINY, "--limit", "3", "--batch-size", "1", "--no-agent"]
+    args += ["--baselines", "direct", "--output", str(out)]
+    real_policy = suite._policy
+    calls = {"n": 0}
+
+    class Interrupting:
+        def __init__(self, inner):
+            self.inner, self.name = inner, inner.name
+
+        def generate(self, contexts, stop):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise KeyboardInterrupt  # Ctrl-C during the second episode
+            return self.inner.generate(contexts, stop)
+
+    monkeypatch.setattr(suite, "_policy", lambda *a: Interrupting(real_policy(*a)))
+    assert main(args) == 130
+    assert "rerun the same command to resume" in capsys.readouterr().err
+    first = _records(out)
+    assert len(first) == 1
+    with (out / "transcripts.jsonl").open("a") as handle:  # a kill -9 in the middle of writing a line
+        handle.write('{"policy": "smollm2-135m", "meth')
+    monkeypatch.setattr(suite, "_policy", real_policy)
+    assert main(args) == 0
+    assert "removed an unfinished last line" in capsys.readouterr().out
+    records = _records(out)
+    assert len(records) == 3 and records[0] == first[0]
+    assert len({r["id"] for r in records}) == 3
+    assert main(args + ["--max-new-tokens", "9"]) == 2  # other settings must not mix into the same file
+    assert "already holds" in capsys.readouterr().err
+    (out / "report.md").unlink()
+    assert main(["eval", "--output", str(out), "--report-only", "--no-plot"]) == 0
+    assert "| smollm2-135m | direct | bm25 | world | 3 |" in (out / "report.md").read_text()
+
+
+def test_bad_inputs_get_clear_errors_before_any_model_loads(tmp_path, capsys):
+    base = ["eval", "--output", str(tmp_path / "o"), "--no-plot"]
+    assert main(base + ["--datasets", "no_such_set"]) == 2
+    assert "neither a file nor a known name" in capsys.readouterr().err
+    assert main(base + ["--baselines", "cot"]) == 2
+    assert "--baselines takes a comma list of direct,rag" in capsys.readouterr().err
+    assert main(base + ["--retrievers", "bm26"]) == 2
+    assert "unknown retriever 'bm26'" in capsys.readouterr().err
+    assert main(base + ["--datasets", "nq_test.jsonl"]) == 2  # a missing file
+    assert "nq_test.jsonl" in capsys.readouterr().err
+    bad = tmp_path / "o" / "transcripts.jsonl"
+    bad.parent.mkdir()
+    bad.write_text('{"x": 1}\n{"policy": "p"}\n')
+    assert main(base + ["--limit", "1"]) == 2
+    assert "transcripts.jsonl:1: not a transcript record" in capsys.readouterr().err
+
+
+def test_dead_endpoint_fails_fast_with_the_url(tmp_path, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["eval", "--policy", "endpoint", "--endpoint", f"http://127.0.0.1:{port}", "--model", "m", "--retries", "1"]
+    assert main(args + ["--output", str(tmp_path), "--limit", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"http://127.0.0.1:{port} did not answer after 2 tries" in err and "ConnectError" in err
+    assert not (tmp_path / "transcripts.jsonl").exists()
+
+
+def test_checkpoint_settings_are_replayed_and_overrides_reported(tmp_path):
+    (tmp_path / RUN_FILE).write_text(
+        json.dumps({"protocol": "search-r1-fewshot", "chat_template": False, "max_turns": 3, "retriever": "e5-exact"})
+    )
+    trained = read_run_settings(tmp_path)
+    settings, mismatches = replay_settings(trained, {"max_turns": 5, "topk": None}, suite.DEFAULTS)
+    assert settings["protocol"] == "search-r1-fewshot" and settings["chat_template"] is False
+    assert settings["max_turns"] == 5 and settings["topk"] == 3
+    assert [str(m) for m in mismatches] == ["max_turns: trained with 3, evaluated with 5"]
+    (tmp_path / RUN_FILE).write_text("{oops")
+    with pytest.raises(ValueError, match="searchenv_run.json: not valid JSON"):
+        read_run_settings(tmp_path)
+
+
+def test_mixed_eval_set_uses_dev_where_there_is_no_test(shared_data, tmp_path):
+    from searchenv.data import load_dataset
+
+    for name, split, source in (("nq", "test", "nq_test_1000"), ("hotpotqa", "dev", "hotpotqa_100")):
+        (tmp_path / name).mkdir()
+        shutil.copy(shared_data / "qa" / f"{source}.jsonl", tmp_path / name / f"{split}.jsonl")
+    mixed = build_eval_set(["nq", "hotpotqa"], limit=5, seed=1, data_dir=tmp_path)
+    assert [e.data_source for e in mixed] == ["nq"] * 5 + ["hotpotqa"] * 5
+    assert mixed == build_eval_set(["nq", "hotpotqa"], limit=5, seed=1, data_dir=tmp_path)  # seeded
+    jsonl, parquet = write_eval_set(mixed, tmp_path / "out")
+    for path in (jsonl, parquet):
+        back = load_dataset(str(path))
+        assert [(e.question, e.golden_answers) for e in back] == [(e.question, e.golden_answers) for e in mixed]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def transformers_server(smollm2_dir):
+    """A real OpenAI-compatible server: ``transformers serve`` with SmolLM2 on loopback."""
+    pytest.importorskip("openai", reason="transformers serve needs the openai package (the test extra)")
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(smollm2_dir)]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    import httpx
+
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"transformers serve exited: {process.stderr.read()[-2000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.5)
+    else:
+        process.kill()
+        pytest.fail("transformers serve did not come up in 120 s")
+    yield url
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_endpoint_policy_against_transformers_serve(transformers_server, smollm2_dir, tmp_path):
+    policy = EndpointPolicy(transformers_server, str(smollm2_dir), EvalSampling(max_new_tokens=12), concurrency=2)
+    example = "Question: Who founded Orvane Abbey?\n<answer> Tesk Mallor </answer>\n\nQuestion: Capital of France?\n"
+    out = policy.generate([Context(example, "<answer>"), Context(example, "<answer>")], ["</answer>"])
+    assert out[0] == out[1] and out[0].text.rstrip().endswith("</answer>") and out[0].num_tokens > 0
+    with pytest.raises(PolicyError, match="rejected the request"):  # a 4xx is not retried
+        EndpointPolicy(transformers_server, "no-such-model", EvalSampling(max_new_tokens=2)).check()
+
+    out_dir = tmp_path / "run"
+    args = ["eval", "--policy", "endpoint", "--endpoint", transformers_server, "--model", f"served={smollm2_dir}"]
+    args += [*TINY, "--baselines", "direct", "--output", str(out_dir), "--concurrency", "2"]
+    args += ["--judge-url", transformers_server, "--judge-model", str(smollm2_dir)]
+    assert main(args) == 0
+    records = _records(out_dir)
+    assert {r["method"] for r in records} == {"agent", "direct"} and len(records) == 4
+    assert all(r["policy"] == "served" and r["response_tokens"] > 0 for r in records)
+    assert all("judge" in r for r in records)
+    store = TranscriptStore(out_dir / "transcripts.jsonl")
+    assert len(store.records) == 4
