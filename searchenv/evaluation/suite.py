@@ -163,27 +163,21 @@ def _retriever_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _validate_retrievers(names: list[str]) -> None:
-    from searchenv.retrievers import RETRIEVERS
+    from searchenv.retrievers import check_retriever_options
 
     for name in names:
-        if name not in RETRIEVERS and not name.startswith(("http://", "https://")):
-            raise ValueError(f"unknown retriever {name!r}; choose from {sorted(RETRIEVERS)} or an http(s):// URL")
+        check_retriever_options(name, {})
 
 
 def _build_retrievers(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     """Each engine once over the corpus, shared by every cell that uses it."""
-    from searchenv.env import _load_corpus
-    from searchenv.retrievers import make_retriever
+    from searchenv.components import build_retriever
 
-    corpus = _load_corpus(args.corpus)
     options = _retriever_options(args)
     built = {}
     for name in names:
-        print(f"building retriever {name} over {len(corpus)} passages …", flush=True)
-        if name.startswith("http"):
-            built[name] = make_retriever(name)
-        else:
-            built[name] = make_retriever(name, corpus, **options)
+        print(f"building retriever {name} over {args.corpus or 'the world corpus'} …", flush=True)
+        built[name] = build_retriever(name, None if name.startswith("http") else args.corpus, options)
     return built
 
 
