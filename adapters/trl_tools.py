@@ -26,11 +26,17 @@ Usage::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from searchenv.protocol import parse_action
+from searchenv.adapters.tool_steps import (
+    BUDGET_OVER,
+    EPISODE_OVER,
+    call_action,
+    check_tool_protocol,
+    finish_episode,
+    tool_result,
+)
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -38,6 +44,8 @@ if TYPE_CHECKING:
     from searchenv.env import SearchQAEnv
 
 __all__ = [
+    "EPISODE_OVER",
+    "BUDGET_OVER",
     "EnvironmentFactory",
     "SearchAnswerToolEnvironment",
     "SearchToolEnvironment",
@@ -45,15 +53,6 @@ __all__ = [
     "episode_reward",
     "make_tool_dataset",
 ]
-
-EPISODE_OVER = "The episode has ended: no more tool calls are executed. Give no further output."
-BUDGET_OVER = "No search was run: the action budget has ended."
-
-
-def _call_action(name: str, arguments: Mapping[str, Any]) -> str:
-    """The canonical text of one tool call, as the environment's parser reads it."""
-    call = json.dumps({"name": name, "arguments": dict(arguments)}, ensure_ascii=False)
-    return f"<tool_call>\n{call}\n</tool_call>"
 
 
 class SearchToolEnvironment:
@@ -64,12 +63,7 @@ class SearchToolEnvironment:
     """
 
     def __init__(self, env: SearchQAEnv):
-        protocol = env.unwrapped.protocol
-        if protocol.action_format != "tool-call":
-            raise ValueError(
-                f"protocol {protocol.name!r} is a tag protocol; TRL's environment_factory needs a tool-call protocol "
-                "(protocol='tool-call', 'tool-call-message' or 'tool-call-answer-tool')"
-            )
+        check_tool_protocol(env)
         self.env = env.unwrapped
 
     def reset(self, **row: Any) -> str:
@@ -90,13 +84,8 @@ class SearchToolEnvironment:
         """Step one tool call through the environment and return what the tool message should hold."""
         if self.env.episode.done:
             return EPISODE_OVER
-        observation, _, _, _, info = self.env.step(_call_action(name, arguments))
-        if "invalid_reason" in info:
-            return f"Error: {info['invalid_reason']}."
-        if info.get("search_skipped"):
-            return BUDGET_OVER
-        body = self.env.protocol.information_body(observation)
-        return observation if body is None else body
+        observation, _, _, _, info = self.env.step(call_action(name, arguments))
+        return tool_result(self.env, observation, info)
 
     def search(self, query: str) -> str:
         """Search Wikipedia and return the most relevant passages.
@@ -189,15 +178,9 @@ def episode_reward(
         )
     rewards, rows = [], []
     for completion, environment in zip(completions, environments, strict=True):
-        env = environment.env
-        final = _final_message(completion)
-        # A final message that still holds a search TRL could not parse was never answered: it must not search now.
-        if not env.episode.done and final is not None and parse_action(final, env.protocol).kind != "search":
-            env.step(final)
-        if not env.episode.done:
-            env.truncate()
-        rewards.append(float(env.episode.reward))
-        rows.append(env.episode.metrics())
+        episode = finish_episode(environment.env, _final_message(completion))
+        rewards.append(float(episode.reward))
+        rows.append(episode.metrics())
     if log_metric is not None:
         for key in sorted({k for row in rows for k in row}):
             values = [row[key] for row in rows if key in row]
