@@ -180,3 +180,15 @@ def test_action_budget_and_answer_tool_through_trl(tokenizer, tmp_path, monkeypa
     assert answered.terminated and answered.prediction == gold and answered.reward == 1.0
     ids, mask = batch["completion_ids"][0], batch["completion_mask"][0].bool()
     assert BUDGET_OVER in tokenizer.decode(ids[mask & (batch["tool_mask"][0] == 0)])
+
+
+@pytest.mark.slow
+def test_one_grpo_step_with_the_tool_environment(tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    factory = environment_factory(max_turns=2, max_information_words=20)
+    trainer = _trainer(tokenizer, tmp_path, factory, _search_then_answer(["1999", "no idea"]))
+    trainer.train()
+    [row] = [r for r in trainer.state.log_history if "searchenv/num_searches" in r]
+    assert trainer.state.global_step == 1
+    assert row["searchenv/num_searches"] == 1.0 and row["tools/call_frequency"] == 1.0
+    assert "rewards/episode_reward/mean" in row

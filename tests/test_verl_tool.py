@@ -183,7 +183,8 @@ def test_tool_agent_loop_plays_the_episode_and_scores_it(tmp_path, qwen_tokenize
     env_ids = [t for t, m in zip(output.response_ids, output.response_mask) if m == 0]
     model_ids = [t for t, m in zip(output.response_ids, output.response_mask) if m == 1]
     body = episode.protocol.information_body(episode.turns[0].observation)
-    assert f"<tool_response>\n{body}\n</tool_response>" in qwen_tokenizer.decode(env_ids)
+    env_text = qwen_tokenizer.decode(env_ids)
+    assert f"<tool_response>\n{body}\n</tool_response>" in env_text and env_text.count("<tool_response>") == 1
     assert answer in qwen_tokenizer.decode(model_ids) and "<tool_response>" not in qwen_tokenizer.decode(model_ids)
 
 
