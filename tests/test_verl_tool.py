@@ -54,6 +54,13 @@ def world_row():
     }
 
 
+def replayed_body(row, arguments):
+    """The information body a fresh environment shows for the same search call."""
+    example = row_example(row["reward_model"]["ground_truth"], row["extra_info"])
+    env, _ = episode_env(example, {"protocol": "tool-call-message", **ENV})
+    return env.protocol.information_body(env.step(call_action("search", arguments))[0])
+
+
 def agent_data(question):
     return AgentData([{"role": "user", "content": question}], None, None, None, None, {}, "req", {})
 
@@ -93,12 +100,8 @@ def test_tool_lifecycle_steps_the_episode_like_the_environment(tmp_path):
 
     results = asyncio.run(play())
     texts = [response.text for (response, _, _), _ in results]
-    # The same actions in a fresh environment: the tool's text is the information block's body.
-    env, _ = episode_env(
-        row_example(row["reward_model"]["ground_truth"], row["extra_info"]), {"protocol": "tool-call-message", **ENV}
-    )
-    observation = env.step(call_action("search", queries[0]))[0]
-    assert texts[0] == env.protocol.information_body(observation) and texts[0].startswith("Doc 1(Title:")
+    # The same action in a fresh environment: the tool's text is the information block's body.
+    assert texts[0] == replayed_body(row, queries[0]) and texts[0].startswith("Doc 1(Title:")
     assert texts[1].startswith("Error:") and "query" in texts[1]  # a non-string query: invalid action, no search
     assert texts[2] == BUDGET_OVER  # the third action is the last of B=3: not executed, episode truncated
     assert texts[3] == EPISODE_OVER
@@ -127,7 +130,7 @@ class ScriptedServer:
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
 
 
-def run_loop(tools, tokenizer, texts, row):
+def run_loop(tools, tokenizer, texts, row, agent_name=AGENT_NAME):
     trainer = OmegaConf.create(
         {
             "actor_rollout_ref": {
@@ -151,7 +154,7 @@ def run_loop(tools, tokenizer, texts, row):
 
     async def play():
         loop = hydra.utils.instantiate(
-            config=_agent_loop_registry[AGENT_NAME],
+            config=_agent_loop_registry[agent_name],
             trainer_config=DictConfigWrap(trainer),
             server_manager=ScriptedServer(tokenizer, texts),
             tokenizer=tokenizer,
@@ -161,7 +164,6 @@ def run_loop(tools, tokenizer, texts, row):
             data_config=DictConfigWrap(trainer.data),
             tools=ToolListWrap(tools),
         )
-        assert isinstance(loop, SearchToolAgentLoop)
         return await loop.run(dict(SAMPLING), **row), loop
 
     return asyncio.run(play())
@@ -174,6 +176,7 @@ def test_tool_agent_loop_plays_the_episode_and_scores_it(tmp_path, qwen_tokenize
     answer = example.golden_answers[0] if answer_right else "certainly not this"
     texts = [call_action("search", {"query": example.question}) + "<|im_end|>", f"{answer}<|im_end|>"]
     output, loop = run_loop([tool], qwen_tokenizer, texts, row)
+    assert isinstance(loop, SearchToolAgentLoop)
 
     episode = loop._trajectory.env.episode
     assert episode.terminated and episode.prediction == answer and episode.num_searches == 1
@@ -195,3 +198,16 @@ def test_loop_without_a_tool_call_still_scores_and_refuses_a_missing_tool(tmp_pa
     assert output.reward_score == 1.0 and loop._trajectory.env.episode.num_searches == 0
     with pytest.raises(ValueError, match="SearchTool"):
         run_loop([], qwen_tokenizer, ["x<|im_end|>"], row)
+
+
+def test_veRLs_plain_tool_agent_loop_uses_the_tool_by_the_same_rules(tmp_path, qwen_tokenizer):
+    [tool] = tools_from_config(tmp_path, **ENV)
+    example, row = world_row()
+    create = {"ground_truth": row["reward_model"]["ground_truth"], "question": example.question}
+    row = {**row, "tools_kwargs": {"search": {"create_kwargs": create}}}
+    texts = [call_action("search", {"query": example.question}) + "<|im_end|>", "done<|im_end|>"]
+    output, _ = run_loop([tool], qwen_tokenizer, texts, row, agent_name="tool_agent")
+    body = replayed_body(row, {"query": example.question})
+    env_ids = [t for t, m in zip(output.response_ids, output.response_mask) if m == 0]
+    assert f"<tool_response>\n{body}\n</tool_response>" in qwen_tokenizer.decode(env_ids)
+    assert output.reward_score is None  # veRL's reward workers score this loop's text, not the episode
