@@ -61,6 +61,7 @@ class _Trajectory:
 
     env: SearchQAEnv
     lock: asyncio.Lock
+    last_text: str | None = None  # what the tool returned for the latest call, to detect veRL cutting it
 
 
 class SearchTool(BaseTool):
@@ -124,14 +125,13 @@ class SearchTool(BaseTool):
         async with trajectory.lock:
             env = trajectory.env
             if env.episode.done:
-                return ToolResponse(text=EPISODE_OVER), 0.0, {"executed": False}
-            [(observation, _, _, _, info)] = await step_batch_async([env], [call_action("search", parameters)])
-        executed = env.episode.turns[-1].searched
-        return (
-            ToolResponse(text=tool_result(env, observation, info)),
-            0.0,
-            {"executed": executed, "query": info["query"]},
-        )
+                text, metrics = EPISODE_OVER, {"executed": False}
+            else:
+                [(observation, _, _, _, info)] = await step_batch_async([env], [call_action("search", parameters)])
+                text = tool_result(env, observation, info)
+                metrics = {"executed": env.episode.turns[-1].searched, "query": info["query"]}
+            trajectory.last_text = text
+        return ToolResponse(text=text), 0.0, metrics
 
     async def calc_reward(self, instance_id: str, **kwargs: Any) -> float:
         """The episode's reward once it has ended (0 before): the same number the agent loop reports."""
@@ -201,6 +201,20 @@ class SearchToolAgentLoop(ToolAgentLoop):
             "num_invalid": float(episode.num_invalid),
         }
         return output
+
+    async def _call_tool(self, tool_call: Any, tools_kwargs: dict[str, Any], agent_data: Any) -> Any:
+        """veRL's call, refusing a search result veRL cut (``max_tool_response_length``): the model would read text
+        that differs from what the episode records as shown, and the retrieval reward would pay for unseen text."""
+        self._trajectory.last_text = None
+        response, reward, metrics = await super()._call_tool(tool_call, tools_kwargs, agent_data)
+        sent = self._trajectory.last_text
+        if tool_call.name == "search" and sent is not None and response.text != sent:
+            raise ValueError(
+                f"veRL cut a search result of {len(sent)} characters to actor_rollout_ref.rollout.multi_turn."
+                f"max_tool_response_length={self.max_tool_response_length}; raise it (searchenv caps results with "
+                "the tool's max_information_words instead)"
+            )
+        return response, reward, metrics
 
     async def _handle_pending_state(self, agent_data: Any, sampling_params: dict[str, Any]) -> Any:
         setattr(agent_data, _EPISODE_ATTR, self._trajectory)

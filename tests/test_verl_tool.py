@@ -130,7 +130,7 @@ class ScriptedServer:
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
 
 
-def run_loop(tools, tokenizer, texts, row, agent_name=AGENT_NAME):
+def run_loop(tools, tokenizer, texts, row, agent_name=AGENT_NAME, max_tool_response_length=4096):
     trainer = OmegaConf.create(
         {
             "actor_rollout_ref": {
@@ -142,7 +142,7 @@ def run_loop(tools, tokenizer, texts, row, agent_name=AGENT_NAME):
                         "max_user_turns": 4,
                         "max_assistant_turns": 4,
                         "max_parallel_calls": 1,
-                        "max_tool_response_length": 4096,
+                        "max_tool_response_length": max_tool_response_length,
                         "tool_response_truncate_side": "middle",
                         "format": "hermes",
                     },
@@ -198,6 +198,9 @@ def test_loop_without_a_tool_call_still_scores_and_refuses_a_missing_tool(tmp_pa
     assert output.reward_score == 1.0 and loop._trajectory.env.episode.num_searches == 0
     with pytest.raises(ValueError, match="SearchTool"):
         run_loop([], qwen_tokenizer, ["x<|im_end|>"], row)
+    search = call_action("search", {"query": example.question}) + "<|im_end|>"
+    with pytest.raises(ValueError, match="max_tool_response_length=50"):  # veRL's own cut would be silent
+        run_loop([tool], qwen_tokenizer, [search, "x<|im_end|>"], row, max_tool_response_length=50)
 
 
 def test_veRLs_plain_tool_agent_loop_uses_the_tool_by_the_same_rules(tmp_path, qwen_tokenizer):
