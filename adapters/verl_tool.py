@@ -151,15 +151,8 @@ def _example_from_messages(messages: Any) -> QAExample:
     return QAExample("unknown", question, ())
 
 
-def _final_text(messages: list[dict[str, Any]], special_tokens: list[str]) -> str | None:
-    """The last assistant message when it calls no tool (veRL's Hermes parser decodes with special tokens kept,
-    so a trailing end-of-turn token is removed)."""
-    last = messages[-1] if messages else None
-    if not isinstance(last, Mapping) or last.get("role") != "assistant" or last.get("tool_calls"):
-        return None
-    text = last.get("content")
-    if not isinstance(text, str):
-        return None
+def _strip_special(text: str, special_tokens: list[str]) -> str:
+    """``text`` without the special tokens that end it (veRL's Hermes parser decodes with them kept)."""
     stripped = True
     while stripped:
         stripped = False
@@ -192,7 +185,7 @@ class SearchToolAgentLoop(ToolAgentLoop):
         )
         self._trajectory = tool.start_episode(example)
         output = await super().run(sampling_params, **kwargs)
-        episode = finish_episode(self._trajectory.env, _final_text(self._messages, self.tokenizer.all_special_tokens))
+        episode = finish_episode(self._trajectory.env, self._final_text())
         output.reward_score = float(episode.reward)
         output.extra_fields["reward_extra_info"] = {
             "score": float(episode.reward),
@@ -216,7 +209,24 @@ class SearchToolAgentLoop(ToolAgentLoop):
             )
         return response, reward, metrics
 
+    def _final_text(self) -> str | None:
+        """The model's last reply when it called no tool; ``None`` when it ended on a tool call.
+
+        veRL stops at ``max_assistant_turns`` or the response length *before* parsing the last generation; that
+        generation is then read from its token ids (stepping it as a search is refused by ``finish_episode``).
+        """
+        data, special = self._agent_data, self.tokenizer.all_special_tokens
+        replies = sum(m.get("role") == "assistant" for m in data.messages) - self._replies_in_prompt
+        if replies < data.assistant_turns:
+            return self.tokenizer.decode(data.response_ids, skip_special_tokens=True)
+        last = data.messages[-1] if data.messages else None
+        if not isinstance(last, Mapping) or last.get("role") != "assistant" or last.get("tool_calls"):
+            return None
+        content = last.get("content")
+        return _strip_special(content, special) if isinstance(content, str) else None
+
     async def _handle_pending_state(self, agent_data: Any, sampling_params: dict[str, Any]) -> Any:
         setattr(agent_data, _EPISODE_ATTR, self._trajectory)
-        self._messages = agent_data.messages  # veRL appends every later message to this list
+        self._agent_data = agent_data
+        self._replies_in_prompt = sum(m.get("role") == "assistant" for m in agent_data.messages)
         return await super()._handle_pending_state(agent_data, sampling_params)

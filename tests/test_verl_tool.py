@@ -130,7 +130,7 @@ class ScriptedServer:
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
 
 
-def run_loop(tools, tokenizer, texts, row, agent_name=AGENT_NAME, max_tool_response_length=4096):
+def run_loop(tools, tokenizer, texts, row, agent_name=AGENT_NAME, max_tool_response_length=4096, max_assistant_turns=4):
     trainer = OmegaConf.create(
         {
             "actor_rollout_ref": {
@@ -140,7 +140,7 @@ def run_loop(tools, tokenizer, texts, row, agent_name=AGENT_NAME, max_tool_respo
                     "full_determinism": False,
                     "multi_turn": {
                         "max_user_turns": 4,
-                        "max_assistant_turns": 4,
+                        "max_assistant_turns": max_assistant_turns,
                         "max_parallel_calls": 1,
                         "max_tool_response_length": max_tool_response_length,
                         "tool_response_truncate_side": "middle",
@@ -169,13 +169,14 @@ def run_loop(tools, tokenizer, texts, row, agent_name=AGENT_NAME, max_tool_respo
     return asyncio.run(play())
 
 
-@pytest.mark.parametrize("answer_right", [True, False])
-def test_tool_agent_loop_plays_the_episode_and_scores_it(tmp_path, qwen_tokenizer, answer_right):
+@pytest.mark.parametrize("answer_right, max_assistant_turns", [(True, 4), (False, 4), (True, 2)])
+def test_tool_agent_loop_plays_the_episode_and_scores_it(tmp_path, qwen_tokenizer, answer_right, max_assistant_turns):
+    """With max_assistant_turns=2 veRL stops before parsing the answer turn; the episode still reads it."""
     [tool] = tools_from_config(tmp_path, **ENV)
     example, row = world_row()
     answer = example.golden_answers[0] if answer_right else "certainly not this"
     texts = [call_action("search", {"query": example.question}) + "<|im_end|>", f"{answer}<|im_end|>"]
-    output, loop = run_loop([tool], qwen_tokenizer, texts, row)
+    output, loop = run_loop([tool], qwen_tokenizer, texts, row, max_assistant_turns=max_assistant_turns)
     assert isinstance(loop, SearchToolAgentLoop)
 
     episode = loop._trajectory.env.episode
