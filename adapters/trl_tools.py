@@ -1,10 +1,11 @@
 """TRL glue for native tool calls: searchenv as the environment class of ``GRPOTrainer(environment_factory=...)``.
 
-TRL (>= 1.0, with transformers >= 5.2) plays tool-using episodes itself: it renders the prompt with the chat
-template's ``tools=`` (derived from the public methods of the environment class), parses each completion with
-the tokenizer's response parser, calls the method a ``<tool_call>`` names with its JSON arguments, and appends the
-result as a ``tool`` message framed by the same template (tool tokens get ``tool_mask`` 0). Per rollout it calls
-``reset(**row)`` with the dataset row; a string it returns is appended to the last user message.
+TRL's GRPOTrainer (tested with TRL 1.16.0; ``environment_factory`` needs transformers >= 5.2) plays tool-using
+episodes itself: it renders the prompt with the chat template's ``tools=`` (derived from the public methods of the
+environment class), parses each completion with the tokenizer's response parser, calls the method a
+``<tool_call>`` names with its JSON arguments, and appends the result as a ``tool`` message framed by the same
+template (tool tokens get ``tool_mask`` 0). Per rollout it calls ``reset(**row)`` with the dataset row; a string
+it returns is appended to the last user message.
 
 Here each rollout's environment wraps a :class:`~searchenv.env.SearchQAEnv` with a tool-call protocol, and every
 tool call is stepped through it as the canonical ``<tool_call>`` action, so the action budget, query clipping,
@@ -174,7 +175,7 @@ def episode_reward(
     if environments is None:
         raise ValueError(
             "episode_reward needs TRL's 'environments' argument: pass environment_factory=environment_factory(...) "
-            "to GRPOTrainer (TRL >= 1.0)"
+            "to GRPOTrainer (a TRL version with environment_factory, e.g. 1.16)"
         )
     rewards, rows = [], []
     for completion, environment in zip(completions, environments, strict=True):
