@@ -172,10 +172,11 @@ def _validate_retrievers(names: list[str]) -> None:
 
 def _build_retrievers(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     """Each engine once over the corpus, shared by every cell that uses it."""
-    from searchenv.env import _load_corpus
     from searchenv.retrievers import make_retriever
+    from searchenv.types import Corpus
+    from searchenv.world import default_world
 
-    corpus = _load_corpus(args.corpus)
+    corpus = default_world().corpus if args.corpus in (None, "world") else Corpus.from_jsonl(args.corpus)
     options = _retriever_options(args)
     built = {}
     for name in names:
