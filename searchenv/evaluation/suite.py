@@ -251,7 +251,7 @@ def run_eval(args: argparse.Namespace) -> int:
         store = TranscriptStore(Path(args.output) / "transcripts.jsonl")
         if not store.records:
             raise FileNotFoundError(f"no finished episodes in {store.path}; run the evaluation first")
-        _write_report(store, Path(args.output), [], args.no_plot)
+        _write_report(store, Path(args.output), args.no_plot)
         return 0
     models = [ModelSpec.parse(m) for item in (args.model or ["smollm2-135m"]) for m in _csv(item)]
     methods = _methods(args)
@@ -273,7 +273,6 @@ def run_eval(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    notes: list[str] = []
     total = len(models) * len(retriever_names) * len(methods) * sum(len(v) for v in datasets.values())
     from tqdm.auto import tqdm
 
@@ -281,7 +280,7 @@ def run_eval(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` and job schedulers stop as cleanly as Ctrl-C
     try:
         for model in models:
-            _run_model(args, model, methods, datasets, retrievers, store, judge, progress, notes)
+            _run_model(args, model, methods, datasets, retrievers, store, judge, progress)
     except KeyboardInterrupt:
         progress.close()
         print(
@@ -289,12 +288,12 @@ def run_eval(args: argparse.Namespace) -> int:
             "resume (finished episodes are skipped)",
             file=sys.stderr,
         )
-        _write_report(store, output, notes, args.no_plot)
+        _write_report(store, output, args.no_plot)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
     progress.close()
-    _write_report(store, output, notes, args.no_plot)
+    _write_report(store, output, args.no_plot)
     return 0
 
 
@@ -307,14 +306,11 @@ def _run_model(
     store: TranscriptStore,
     judge: Any,
     progress: Any,
-    notes: list[str],
 ) -> None:
     """Every (retriever, dataset, method) cell of one model; the model loads only if some episode is left."""
     settings, mismatches, trained_on = _settings(args, model)
     for m in mismatches:
-        note = f"{model.label}: {m} (asked for; the checkpoint's own setting differs)"
-        print(f"warning: {note}", file=sys.stderr)
-        notes.append(note)
+        print(f"warning: {model.label}: {m} (asked for; the checkpoint's own setting differs)", file=sys.stderr)
     policy = None
     for retriever, engine in retrievers.items():
         for label, examples in datasets.items():
@@ -333,8 +329,11 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _write_report(store: TranscriptStore, output: Path, notes: list[str], no_plot: bool) -> None:
+def _write_report(store: TranscriptStore, output: Path, no_plot: bool) -> None:
+    """report.md, metrics.csv and metrics.png from every record; overridden checkpoint settings are listed on top."""
     rows = summarize(store.records.values())
+    mismatches = {(r["policy"], m) for r in store.records.values() for m in r.get("mismatches") or []}
+    notes = [f"{p}: {m} (asked for; the checkpoint's own setting differs)" for p, m in sorted(mismatches)]
     if not rows:
         return
     output.mkdir(parents=True, exist_ok=True)
