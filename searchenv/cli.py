@@ -138,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_verl_data_parser(commands)
     add_train_ppo_parser(commands)
     add_train_trl_parser(commands)
+
+    # veRL launch files shipped in the package (searchenv verl files|train); veRL itself is not imported here.
+    from searchenv.adapters.verl_launch import add_parser as add_verl_parser
+
+    add_verl_parser(commands)
     return parser
 
 
