@@ -26,8 +26,10 @@ Named datasets come from the hub unless ``--data-dir`` (or ``SEARCHENV_DATA_DIR`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -83,6 +85,7 @@ _ENV_DEFAULTS: dict[str, Any] = {"retriever": "bm25", "corpus": "world", "reward
 _ROW_FIELDS = ("dataset", "split")
 # Rollout workers create their first environments from many threads at once; one builds the shared index.
 _TEMPLATE_LOCK = threading.Lock()
+_LOG = logging.getLogger(__name__)
 
 
 def plain(value: Any) -> Any:
@@ -91,6 +94,8 @@ def plain(value: Any) -> Any:
         from omegaconf import OmegaConf
 
         return OmegaConf.to_container(value, resolve=True)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # SkyRL's typed config sections
+        return plain(dataclasses.asdict(value))
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -201,8 +206,15 @@ def _template_env(options_json: str) -> SearchQAEnv:
     """
     from searchenv.env import SearchQAEnv
 
+    options = json.loads(options_json)
+    if options["corpus"] == "world" and not str(options["retriever"]).startswith("http"):
+        _LOG.warning(
+            "searchenv: %s searches the built-in world's corpus (no corpus configured); set corpus to a passage "
+            "jsonl for any other dataset",
+            options["retriever"],
+        )
     placeholder = QAExample(id="config-check", question="config check", golden_answers=("-",))
-    return SearchQAEnv(dataset=[placeholder], **json.loads(options_json))
+    return SearchQAEnv(dataset=[placeholder], **options)
 
 
 def episode_env(example: QAExample, options: Mapping[str, Any] | None = None) -> tuple[SearchQAEnv, dict[str, Any]]:
