@@ -356,6 +356,7 @@ def test_agent_loop_output_carries_every_server_field(hotpot_rows, hotpot_option
     assert output.reward_score == 1.0 == fields["reward_extra_info"]["reward/em"]
 
 
+@pytest.mark.slow
 def test_yaml_entry_survives_the_adapter_import_in_a_fresh_worker():
     """veRL's AgentLoopWorker loads the YAML into its registry and imports the adapter only when hydra builds the
     first loop; the import must not replace the YAML entry (its env options) for the episodes after it."""
