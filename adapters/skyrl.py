@@ -12,7 +12,10 @@ Configuration (``environment.skyrl_gym.searchenv`` in SkyRL's config) takes Sear
 (``retriever``, ``corpus``, ``reward``, ``topk``, ``protocol``, ``budget``, ``retriever_options``, …) plus
 ``prompt``: ``"auto"`` (default), ``"dataset"`` or ``"env"`` — which conversation the model starts from
 (:func:`searchenv.adapters.verl_data.choose_conversation`). ``max_turns`` comes from SkyRL's
-``generator.max_turns`` (through ``extras``) and is the action budget B, every turn counting.
+``generator.max_turns`` (through ``extras``) and is the action budget B, every turn counting. The SkyRL trainer
+only hands a ``searchenv`` section over when its config class has one: use the config and entry point in
+:mod:`searchenv.adapters.skyrl_train`. An environment built without a ``retriever`` is an error, never a silent
+BM25 search over the built-in world.
 """
 
 from __future__ import annotations
@@ -81,7 +84,13 @@ class SearchQASkyRLEnv(BaseTextEnv):
 
     def __init__(self, env_config: Any = None, extras: Mapping[str, Any] | None = None):
         super().__init__()
-        options = dict(plain(env_config) or {})
+        options = {k: v for k, v in (plain(env_config) or {}).items() if v is not None}
+        if not options.get("retriever"):
+            raise ValueError(
+                "searchenv got no retriever in its env_config (SkyRL passes {} when its config has no "
+                "environment.skyrl_gym.searchenv section): train with python -m searchenv.adapters.skyrl_train and "
+                "set environment.skyrl_gym.searchenv.retriever (a `searchenv serve` URL, or bm25 with .corpus)"
+            )
         self.extras = dict(plain(extras) or {})
         self.prompt_mode = options.pop("prompt", "auto")
         if self.prompt_mode not in PROMPT_MODES:
@@ -99,22 +108,21 @@ class SearchQASkyRLEnv(BaseTextEnv):
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """Apply one model turn; observations are ``[]`` once the episode is over.
 
-        ``postprocessed_action`` is set only when the environment dropped text after the first closing tag,
-        so SkyRL re-encodes the turn (and keeps the loss mask honest) only then; otherwise it stays ``None``
-        and SkyRL keeps the sampled token ids untouched.
+        ``postprocessed_action`` is never set: SkyRL would re-encode that text while keeping the logprobs of the
+        tokens it sampled, so ids and logprobs would disagree. Text after the first closing tag (which the
+        environment ignores) stays in the context as sampled; the recipe's stop strings keep it from being
+        generated at all.
         """
         if self.env is None:
             raise RuntimeError("call init(prompt) before step()")
         self.turns += 1
         observation, reward, terminated, truncated, info = self.env.step(action)
         done = bool(terminated or truncated)
-        dropped = info.get("dropped_text") or ""
         return BaseTextEnvStepOutput(
             observations=[] if done or not observation else [{"role": "user", "content": observation}],
             reward=float(reward),
             done=done,
             metadata=info,
-            postprocessed_action=action[: len(action) - len(dropped)] if dropped else None,
         )
 
     def get_metrics(self) -> dict[str, Any]:

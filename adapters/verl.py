@@ -5,11 +5,21 @@ sample, token-in/token-out against its rollout servers (vLLM/SGLang). Each turn 
 continue the episode's context, stopping at the protocol's closing tags, steps the environment without
 blocking the event loop (:func:`searchenv.step_batch_async`), and appends the environment's text with
 :class:`~searchenv.tokenization.EpisodeTokens`, so ``response_mask`` is 1 exactly on sampled tokens and 0 on
-inserted information blocks and hints (SPEC §2). The reward is computed by the environment's reward spec and
-returned as ``reward_score``; its parts, the number of searches and invalid actions go to
-``extra_fields["reward_extra_info"]``, which veRL logs per step.
+inserted information blocks and hints (SPEC §2).
 
-Select it with ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` pointing at a YAML such as
+**Reward from the episode.** The score is the finished episode's reward (``env.unwrapped.episode.reward``, computed
+by the environment's reward spec from what the episode actually did) and goes out as ``reward_score``. veRL turns
+it into ``rm_scores`` on the last response token and, because it is set, never runs its reward manager on this
+sample (``AgentLoopWorker._compute_score`` only scores outputs whose ``reward_score`` is ``None``). The episode's
+metrics (reward parts, searches, invalid actions) go to ``extra_fields["reward_extra_info"]``, which veRL logs.
+
+**Fields veRL's servers report.** Each turn's ``TokenOutput.extra_fields`` (weights version ``global_steps`` /
+``min_global_steps`` / ``max_global_steps``, prefix-cache hits, speculative-decoding counts, and whatever a later
+veRL adds) is carried into the output's ``extra_fields`` by :func:`merge_server_fields`, merged across turns as
+veRL's own tool loop does; veRL's v1 trainer reads the weights versions of every trajectory.
+
+Select it with ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` (required: the ``env`` options live
+there) pointing at a YAML such as
 ``adapters/verl_configs/agent_loop.yaml``::
 
     - name: searchenv_agent
@@ -19,9 +29,11 @@ Select it with ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` pointi
 
 and the ``agent_name`` column that :mod:`searchenv.adapters.verl_data` writes.
 
-**Reward function** for veRL's other paths (single-turn loops, offline evaluation of saved responses):
-``reward.custom_reward_function.path=pkg://searchenv.adapters.verl`` with ``name=compute_score`` and
-optional ``reward_kwargs`` (``reward``, ``protocol``).
+**Reward function: the text path.** :func:`compute_score` scores a decoded response string; it is for rows that do
+not go through this agent loop (veRL's single-turn loop, offline scoring of saved responses from a parquet file):
+``reward.custom_reward_function.path=pkg://searchenv.adapters.verl`` with ``name=compute_score`` and optional
+``reward_kwargs`` (``reward``, ``protocol``). It re-reads tags from text, so it cannot know which searches really ran
+or what the engine returned; episodes played by the agent loop never use it.
 """
 
 from __future__ import annotations
@@ -33,7 +45,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import uuid4
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    _agent_loop_registry,
+    register,
+)
+from verl.experimental.agent_loop.tool_agent_loop import SPEC_DECODE_EXTRA_KEYS
 
 from searchenv.adapters.verl_data import AGENT_NAME, PROMPT_MODES, choose_conversation, episode_env, plain, row_example
 from searchenv.data import golden_answers
@@ -42,16 +61,36 @@ from searchenv.reward_specs import load_reward
 from searchenv.reward_specs.base import Rollout
 from searchenv.tokenization import EpisodeTokens
 
-__all__ = ["SearchEnvAgentLoop", "compute_score"]
+__all__ = ["SearchEnvAgentLoop", "compute_score", "merge_server_fields"]
 
 
-@register(AGENT_NAME)
+def merge_server_fields(fields: dict[str, Any], turn_fields: Mapping[str, Any]) -> None:
+    """Fold one turn's ``TokenOutput.extra_fields`` into the episode's, in place.
+
+    The first turn's fields are taken whole. Later turns update ``max_global_steps`` (the newest weights version
+    that generated part of the trajectory) and add up the speculative-decoding counts, as veRL's tool agent loop
+    does; keys a later turn brings that earlier turns lacked are added, so a field a new veRL reports is never
+    dropped. Every other key keeps its first-turn value (``min_global_steps``: the oldest weights version).
+    """
+    if not fields:
+        fields.update(turn_fields)
+        return
+    for key, value in turn_fields.items():
+        if key not in fields:
+            fields[key] = value
+        elif key == "max_global_steps" and value is not None:
+            fields[key] = value
+        elif key in SPEC_DECODE_EXTRA_KEYS and value is not None and fields[key] is not None:
+            fields[key] = int(fields[key]) + int(value)
+
+
 class SearchEnvAgentLoop(AgentLoopBase):
     """Multi-turn SearchQA rollouts inside veRL's agent-loop workers.
 
     Args (besides veRL's own, which it passes on):
         env: SearchQAEnv options shared by every episode (``retriever``, ``corpus``, ``reward``, ``topk``,
-            ``max_turns``, ``protocol``, ``budget``, …). The question and gold answers come from each row.
+            ``max_turns``, ``protocol``, ``budget``, …); required, so that a loop veRL builds without the YAML
+            fails instead of searching the built-in world. The question and gold answers come from each row.
         prompt: ``"auto"`` (default), ``"dataset"`` or ``"env"``: whether the row's ``prompt`` messages or the
             environment's prompt start the episode (:func:`searchenv.adapters.verl_data.choose_conversation`;
             ``auto`` keeps the row's messages when they already name the search tag).
@@ -72,6 +111,12 @@ class SearchEnvAgentLoop(AgentLoopBase):
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
+        if env is None:
+            raise ValueError(
+                f"{AGENT_NAME} was built without env options, so it would search BM25 over the built-in world: point "
+                "actor_rollout_ref.rollout.agent.agent_loop_config_path at a YAML whose entry has an `env:` block "
+                "(retriever, corpus, reward, ...); `searchenv verl files DIR` writes an example"
+            )
         if prompt not in PROMPT_MODES:
             raise ValueError(f"searchenv_agent: prompt must be one of {PROMPT_MODES}, got {prompt!r}")
         if int(max_action_tokens) < 1:
@@ -106,6 +151,8 @@ class SearchEnvAgentLoop(AgentLoopBase):
         request_id = uuid4().hex
         timing = {"generate_sequences": 0.0, "tool_calls": 0.0}
         preempted = -1
+        server_fields: dict[str, Any] = {}
+        routed_experts = None
         while not env.episode.done:
             room = self.response_length - len(tokens.response_ids)
             if room <= 0:
@@ -118,13 +165,16 @@ class SearchEnvAgentLoop(AgentLoopBase):
             timing["generate_sequences"] += time.perf_counter() - started
             if output.num_preempted is not None:
                 preempted = max(preempted, 0) + output.num_preempted
+            merge_server_fields(server_fields, output.extra_fields)
+            if output.routed_experts is not None:
+                routed_experts = output.routed_experts  # the last turn's routing spans the whole context
             action = self._add_turn(env, tokens, list(output.token_ids), output.log_probs)
             started = time.perf_counter()
             observation = (await step_batch_async([env], [action]))[0].observation
             timing["tool_calls"] += time.perf_counter() - started
             if observation:
                 tokens.add_env(observation)
-        return self._output(env, tokens, timing, preempted)
+        return self._output(env, tokens, timing, preempted, server_fields, routed_experts)
 
     def _add_turn(
         self, env: SearchQAEnv, tokens: EpisodeTokens, ids: list[int], logprobs: Sequence[float] | None
@@ -139,7 +189,13 @@ class SearchEnvAgentLoop(AgentLoopBase):
         return tokens.add_action(ids, logprobs, env.protocol)
 
     def _output(
-        self, env: SearchQAEnv, tokens: EpisodeTokens, timing: dict[str, float], preempted: int
+        self,
+        env: SearchQAEnv,
+        tokens: EpisodeTokens,
+        timing: dict[str, float],
+        preempted: int,
+        server_fields: Mapping[str, Any],
+        routed_experts: Any,
     ) -> AgentLoopOutput:
         episode = env.episode
         cut_by_length = not episode.done
@@ -160,11 +216,19 @@ class SearchEnvAgentLoop(AgentLoopBase):
             response_ids=built.response_ids[:n],
             response_mask=built.loss_mask[:n],
             response_logprobs=built.logprobs[:n] if built.logprobs is not None else None,
+            routed_experts=routed_experts[: len(built.prompt_ids) + n] if routed_experts is not None else None,
             num_turns=1 + len(episode.segments),
             reward_score=float(episode.reward),
             metrics=AgentLoopMetrics(**timing, num_preempted=preempted),
-            extra_fields={"reward_extra_info": metrics, "turn_scores": [], "tool_rewards": []},
+            extra_fields={**server_fields, "reward_extra_info": metrics, "turn_scores": [], "tool_rewards": []},
         )
+
+
+# veRL's AgentLoopWorker first loads the agent-loop YAML into its registry, then imports this module while building
+# the first loop: a plain @register here would then replace the YAML entry (and its env options) with a bare one for
+# every later episode. The bare entry is only added when no YAML entry is there.
+if AGENT_NAME not in _agent_loop_registry:
+    register(AGENT_NAME)(SearchEnvAgentLoop)
 
 
 # -- custom_reward_function --------------------------------------------------------------------------------------
@@ -182,7 +246,10 @@ def compute_score(
     protocol: str = "search-r1",
     **kwargs: Any,
 ) -> dict[str, float]:
-    """veRL's reward-function signature, scored by a searchenv reward spec.
+    """veRL's reward-function signature, scored by a searchenv reward spec from the response text (the text path).
+
+    Only for responses that did not come from :class:`SearchEnvAgentLoop` (whose episodes carry their own score):
+    the searches and retrieved passages are read back from the text, not from what an environment executed.
 
     Args:
         data_source: the row's data source (unused; every source is scored the same way).

@@ -17,19 +17,25 @@ Command line (also ``searchenv verl-data`` once wired into the CLI)::
     python -m searchenv.adapters.verl_data --dataset world --output data/searchenv
     python -m searchenv.adapters.verl_data --dataset nq --dataset hotpotqa --split train --output data/nq_hotpotqa
     python -m searchenv.adapters.verl_data --dataset ../shared/data/qa/nq_test_1000.jsonl --split test --output d
+    python -m searchenv.adapters.verl_data --paper --output data/paper   # NQ+HotpotQA train, seven-set test mix
+
+Named datasets come from the hub unless ``--data-dir`` (or ``SEARCHENV_DATA_DIR``) holds ``<name>/<split>.jsonl``
+(:func:`searchenv.data.load_dataset`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from searchenv.data import example_from_row, load_dataset
+from searchenv.data import HUB_DATASETS, example_from_row, load_dataset
 from searchenv.protocol import Protocol, get_protocol
 from searchenv.types import QAExample
 
@@ -38,17 +44,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AGENT_NAME",
+    "PAPER_EVAL",
+    "PAPER_TRAIN",
     "PROMPT_MODES",
     "SKYRL_ENV_CLASS",
     "add_parser",
     "build_rows",
     "choose_conversation",
     "episode_env",
+    "eval_split",
     "main",
     "plain",
     "row_example",
     "search_r1_row",
     "write_datasets",
+    "write_paper_datasets",
     "write_rows",
 ]
 
@@ -60,6 +70,10 @@ SKYRL_ENV_CLASS = "searchenv"
 PROMPT_MODES = ("auto", "dataset", "env")
 #: What Search-R1 writes in the ``ability`` column.
 ABILITY = "fact-reasoning"
+#: Search-R1's training mix (SPEC §6): the NQ and HotpotQA train splits.
+PAPER_TRAIN = ("nq", "hotpotqa")
+#: The seven evaluation sets, each on its test split, or dev where it has no public test split.
+PAPER_EVAL = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 
 Trainer = Literal["verl", "skyrl"]
 _DESCRIPTION = "Write Search-R1 / veRL (or SkyRL) training parquet files from searchenv datasets."
@@ -71,6 +85,7 @@ _ENV_DEFAULTS: dict[str, Any] = {"retriever": "bm25", "corpus": "world", "reward
 _ROW_FIELDS = ("dataset", "split")
 # Rollout workers create their first environments from many threads at once; one builds the shared index.
 _TEMPLATE_LOCK = threading.Lock()
+_LOG = logging.getLogger(__name__)
 
 
 def plain(value: Any) -> Any:
@@ -79,6 +94,8 @@ def plain(value: Any) -> Any:
         from omegaconf import OmegaConf
 
         return OmegaConf.to_container(value, resolve=True)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # SkyRL's typed config sections
+        return plain(dataclasses.asdict(value))
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -189,8 +206,15 @@ def _template_env(options_json: str) -> SearchQAEnv:
     """
     from searchenv.env import SearchQAEnv
 
+    options = json.loads(options_json)
+    if options["corpus"] == "world" and not str(options["retriever"]).startswith("http"):
+        _LOG.warning(
+            "searchenv: %s searches the built-in world's corpus (no corpus configured); set corpus to a passage "
+            "jsonl for any other dataset",
+            options["retriever"],
+        )
     placeholder = QAExample(id="config-check", question="config check", golden_answers=("-",))
-    return SearchQAEnv(dataset=[placeholder], **json.loads(options_json))
+    return SearchQAEnv(dataset=[placeholder], **options)
 
 
 def episode_env(example: QAExample, options: Mapping[str, Any] | None = None) -> tuple[SearchQAEnv, dict[str, Any]]:
@@ -224,25 +248,81 @@ def build_rows(
     protocol: str | Protocol = "search-r1",
     trainer: Trainer = "verl",
     limit: int | None = None,
+    data_dir: str | Path | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Rows per split: every dataset's questions of that split, concatenated in the order given."""
+    return {
+        split: _mixed_rows([(dataset, split) for dataset in datasets], split, protocol, trainer, limit, data_dir)
+        for split in splits
+    }
+
+
+def _mixed_rows(
+    sources: Sequence[tuple[str, str]],
+    split_name: str,
+    protocol: str | Protocol,
+    trainer: Trainer,
+    limit: int | None,
+    data_dir: str | Path | None,
+) -> list[dict[str, Any]]:
+    """One file's rows from several ``(dataset, split)`` sources, concatenated in order, indexed from 0."""
     proto = get_protocol(protocol)
-    out: dict[str, list[dict[str, Any]]] = {}
+    rows: list[dict[str, Any]] = []
+    for dataset, split in sources:
+        for example in load_dataset(dataset, split, limit=limit, data_dir=data_dir):
+            rows.append(search_r1_row(example, proto, split_name, len(rows), trainer))
+    return rows
+
+
+def eval_split(name: str) -> str:
+    """The split a named dataset is evaluated on: ``test``, or ``dev`` where there is no public test split."""
+    if name not in HUB_DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; names: {', '.join(HUB_DATASETS)}")
+    return "test" if "test" in HUB_DATASETS[name] else "dev"
+
+
+def write_paper_datasets(
+    output: str | Path,
+    protocol: str | Protocol = "search-r1",
+    trainer: Trainer = "verl",
+    limit: int | None = None,
+    data_dir: str | Path | None = None,
+    splits: Sequence[str] = ("train", "test"),
+) -> list[Path]:
+    """Search-R1's data: ``train.parquet`` (NQ + HotpotQA train) and ``test.parquet`` (the seven sets mixed).
+
+    Each test row keeps its ``data_source``, so veRL's validation reports every set separately. ``limit`` keeps
+    the first N questions of each source; ``splits`` picks which of the two files to write.
+    """
+    sources = {
+        "train": [(name, "train") for name in PAPER_TRAIN],
+        "test": [(name, eval_split(name)) for name in PAPER_EVAL],
+    }
+    unknown = [s for s in splits if s not in sources]
+    if unknown:
+        raise ValueError(f"paper data has splits 'train' and 'test', not {unknown}")
+    written = []
     for split in splits:
-        rows: list[dict[str, Any]] = []
-        for dataset in datasets:
-            for example in load_dataset(dataset, split, limit=limit):
-                rows.append(search_r1_row(example, proto, split, len(rows), trainer))
-        out[split] = rows
-    return out
+        rows = _mixed_rows(sources[split], split, protocol, trainer, limit, data_dir)
+        path = write_rows(rows, Path(output) / f"{split}.parquet")
+        print(f"wrote {len(rows)} rows to {path}")
+        written.append(path)
+    return written
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dataset",
         action="append",
-        required=True,
         help="'world', a paper dataset name (nq, hotpotqa, ...) or a jsonl/parquet path; repeat to concatenate",
+    )
+    parser.add_argument(
+        "--paper",
+        action="store_true",
+        help="Search-R1's data instead of --dataset: train = NQ + HotpotQA train, test = the seven sets mixed",
+    )
+    parser.add_argument(
+        "--data-dir", default=None, help="local <name>/<split>.jsonl files used instead of the hub for named datasets"
     )
     parser.add_argument(
         "--split",
@@ -259,9 +339,16 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def write_datasets(args: argparse.Namespace) -> list[Path]:
     """Write one parquet file per split from parsed command-line arguments; returns the paths."""
+    if args.paper == bool(args.dataset):
+        raise ValueError("give either --dataset (repeatable) or --paper")
+    if args.paper:
+        return write_paper_datasets(
+            args.output, args.protocol, args.trainer, args.limit, args.data_dir, args.split or ("train", "test")
+        )
     splits = args.split or (["train", "test"] if args.dataset == ["world"] else ["test"])
     written = []
-    for split, rows in build_rows(args.dataset, splits, args.protocol, args.trainer, args.limit).items():
+    rows_per_split = build_rows(args.dataset, splits, args.protocol, args.trainer, args.limit, args.data_dir)
+    for split, rows in rows_per_split.items():
         path = write_rows(rows, Path(args.output) / f"{split}.parquet")
         print(f"wrote {len(rows)} rows to {path}")
         written.append(path)
@@ -289,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     args = parser.parse_args(argv)
     try:
         return write_datasets(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as exc:
         parser.error(str(exc))
 
 

@@ -198,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     from searchenv.evaluation.cli import add_evaluation_parsers  # eval, eval-data, view
 
     add_evaluation_parsers(commands)
+
+    # veRL launch files shipped in the package (searchenv verl files|train); veRL itself is not imported here.
+    from searchenv.adapters.verl_launch import add_parser as add_verl_parser
+
+    add_verl_parser(commands)
     return parser
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -71,18 +73,20 @@ def test_search_then_answer_steps(hotpot):
     rows, options = hotpot
     env = make(rows[0], options)
     env.init(rows[0]["prompt"])
-    out = env.step("<think>Look it up.</think>\n<search>Lilu mythology</search> and more text")
+    action = "<think>Look it up.</think>\n<search>Lilu mythology</search> and more text"
+    out = env.step(action)
     assert out["done"] is False and out["reward"] == 0.0
     [message] = out["observations"]
     assert message["role"] == "user" and message["content"].startswith("\n\n<information>Doc 1(Title: ")
     assert out["metadata"]["action"] == "search" and out["metadata"]["query"] == "Lilu mythology"
     assert len(out["metadata"]["passage_ids"]) == 3
-    # Text after the closing tag was dropped, so the kept action is handed back to SkyRL.
-    assert out["postprocessed_action"] == "<think>Look it up.</think>\n<search>Lilu mythology</search>"
+    # The environment ignores the text after the closing tag, but hands no rewritten action back: SkyRL would
+    # re-encode it while keeping the sampled tokens' logprobs (ids and logprobs would disagree).
+    assert out.get("postprocessed_action") is None and out["metadata"]["dropped_text"] == " and more text"
 
     out = env.step("<answer>a spirit</answer>")
     assert out["done"] is True and out["reward"] == 1.0 and out["observations"] == []
-    assert out["postprocessed_action"] is None
+    assert out.get("postprocessed_action") is None
     assert out["metadata"]["prediction"] == "a spirit" and out["metadata"]["reward_parts"]["em"] == 1.0
     metrics = env.get_metrics()
     assert metrics["num_searches"] == 1.0 and metrics["num_invalid"] == 0.0 and metrics["reward/em"] == 1.0
@@ -179,3 +183,88 @@ def test_bad_rows_and_configs_fail_with_a_fix(hotpot):
         skyrl_gym.make(ENV_ID, env_config={**options, "prompt": "mine"}, extras={})
     with pytest.raises(RuntimeError, match="init"):
         make(rows[0], options).step("<answer>x</answer>")
+    # SkyRL hands {} to an environment its config has no section for: that is an error, not BM25 over the world.
+    with pytest.raises(ValueError, match="no retriever"):
+        skyrl_gym.make(ENV_ID, env_config={}, extras={"max_turns": 2})
+
+
+# SkyRL 0.3.0 builds its config only on Python >= 3.12 (skyrl/tinker/types.py puts a typing.TypedDict in a pydantic
+# model). On 3.11 the check below runs SkyRL's own code with typing.TypedDict swapped for typing_extensions' one.
+_SKYRL_RECIPE_CHECK = r"""
+import json, sys, typing
+if sys.version_info < (3, 12):
+    import typing_extensions
+    typing.TypedDict = typing_extensions.TypedDict
+import skyrl_gym
+from skyrl.train.config import SkyRLTrainConfig
+from skyrl.train.utils import validate_cfg
+from transformers import AutoTokenizer
+from searchenv.adapters.skyrl import register_skyrl_env
+from searchenv.adapters.skyrl_train import compose
+
+corpus, tokenizer_dir, row = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+cfg = compose([
+    "environment.skyrl_gym.searchenv.retriever=bm25",
+    f"environment.skyrl_gym.searchenv.corpus={corpus}",
+    "trainer.policy.model.path=Qwen/Qwen2.5-3B-Instruct",
+])
+validate_cfg(cfg)
+report = {"env_class": cfg.environment.env_class, "max_turns": cfg.generator.max_turns,
+          "max_input_length": cfg.generator.max_input_length, "max_prompt_length": cfg.trainer.max_prompt_length,
+          "stop": list(cfg.generator.sampling_params.stop), "logger": cfg.trainer.logger}
+for args in (["+environment.skyrl_gym.searchenv.retriever=bm25"], ["environment.skyrl_gym.searchenv.retriever=bm25"]):
+    try:
+        SkyRLTrainConfig.from_cli_overrides(args)
+    except ValueError as exc:
+        report.setdefault("rejected", []).append(str(exc)[:60])
+plain = SkyRLTrainConfig.from_cli_overrides(["environment.env_class=searchenv"])
+report["plain_env_config"] = getattr(plain.environment.skyrl_gym, "searchenv", dict())
+
+# SkyRLGymGenerator's own lines: env_config = getattr(skyrl_gym_cfg, env_class, dict()); skyrl_gym.make(...)
+register_skyrl_env()
+extras = {k: v for k, v in row.items() if k not in ("prompt", "env_class")}
+extras["max_turns"] = cfg.generator.max_turns
+env_config = getattr(cfg.environment.skyrl_gym, cfg.environment.env_class, dict())
+env = skyrl_gym.make(cfg.environment.env_class, env_config=env_config, extras=extras)
+conversation, _ = env.init(row["prompt"])
+tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+ids = list(tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True, return_dict=False))
+report["context_tokens"] = []
+for action in ("<think>Find it.</think>\n<search>Lilu mythology</search>", "<search>Gallu demon</search>"):
+    observation = env.step(action)["observations"][0]["content"]
+    report.setdefault("observation", observation)
+    ids += tokenizer.encode(action + observation)  # SkyRL's single-message layout (use_conversation_multi_turn=false)
+    report["context_tokens"].append(len(ids))
+report["reward"] = env.step("<answer>a spirit</answer>")["reward"]
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.slow
+def test_skyrl_recipe_composes_with_skyrls_config_and_reaches_the_env(hotpot, shared_data):
+    pytest.importorskip("skyrl.train")
+    from searchenv.assets import qwen_tokenizer_dir
+
+    rows, options = hotpot
+    row = rows[0]  # "If Gallu is a demon Lilu is what?"
+    out = subprocess.run(
+        [sys.executable, "-c", _SKYRL_RECIPE_CHECK, options["corpus"], str(qwen_tokenizer_dir()), json.dumps(row)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["env_class"] == "searchenv" and report["max_turns"] == 4 and report["logger"] == "console"
+    assert report["stop"] == ["</search>", "</answer>"]
+    # SkyRL rejects the old recipe's '+' overrides and unknown sections; its plain config hands the env {}.
+    assert "'+' prefix" in report["rejected"][0] and "Invalid fields" in report["rejected"][1]
+    assert report["plain_env_config"] == {}
+    # The options reached the env: BM25 over the HotpotQA passages, not the built-in world.
+    assert report["observation"].startswith("\n\n<information>Doc 1(Title: ") and report["reward"] == 1.0
+    first_passage = report["observation"].split(") ", 1)[1][:60]
+    assert first_passage in open(options["corpus"], encoding="utf-8").read()
+    # Two searches overflow SkyRL's default input budget (= max_prompt_length, 512): the episode would be cut before
+    # it can answer. The recipe's 4096 (SkyRL's own search recipe) holds the whole action budget.
+    one, two = report["context_tokens"]
+    assert one < report["max_prompt_length"] == 512 < two < report["max_input_length"] == 4096

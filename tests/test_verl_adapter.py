@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,9 @@ import pytest
 pytest.importorskip("verl.experimental.agent_loop")
 
 import hydra
+import numpy as np
 import pyarrow.parquet as pq
+import ray
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopOutput,
@@ -29,13 +34,14 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 from verl.workers.rollout.replica import TokenOutput
 
-from searchenv.adapters.verl import SearchEnvAgentLoop, compute_score
-from searchenv.adapters.verl_data import AGENT_NAME, add_parser, episode_env, row_example
+import searchenv.adapters
+from searchenv.adapters.verl import SearchEnvAgentLoop, compute_score, merge_server_fields
+from searchenv.adapters.verl_data import AGENT_NAME, PAPER_EVAL, add_parser, episode_env, eval_split, row_example
 from searchenv.adapters.verl_data import main as verl_data_main
+from searchenv.adapters.verl_launch import LAUNCH_FILES, launch_file
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT_YAML = REPO / "adapters" / "verl_configs" / "agent_loop.yaml"
-TRAIN_SCRIPT = REPO / "adapters" / "scripts" / "verl_train.sh"
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
 
 
@@ -65,7 +71,7 @@ class HFServer:
         return TokenOutput(token_ids=turn.token_ids, log_probs=turn.logprobs, stop_reason="completed")
 
 
-def make_loop(server, tokenizer, *, env, response_length=2048, **loop_options) -> SearchEnvAgentLoop:
+def make_loop(server, tokenizer, *, env, response_length=2048, entry=None, **loop_options) -> SearchEnvAgentLoop:
     """Instantiate the agent loop from adapters/verl_configs/agent_loop.yaml the way veRL's worker does.
 
     Must be called inside a running event loop (veRL builds agent loops inside its worker's loop)."""
@@ -75,8 +81,9 @@ def make_loop(server, tokenizer, *, env, response_length=2048, **loop_options) -
             "data": {"apply_chat_template_kwargs": {}},
         }
     )
-    entry = OmegaConf.load(AGENT_YAML)[0]
-    entry.env = OmegaConf.merge(entry.env, env)
+    if entry is None:
+        entry = OmegaConf.load(AGENT_YAML)[0]
+        entry.env = OmegaConf.merge(entry.env, env)
     for key, value in loop_options.items():
         entry[key] = value
     loop = hydra.utils.instantiate(
@@ -319,30 +326,125 @@ def test_custom_reward_function_loads_through_verl(tmp_path):
     assert result["score"] == 1.0 and result["format_ok"] == 1.0
 
 
-@pytest.mark.parametrize("algo", ["ppo", "grpo"])
-@pytest.mark.parametrize("profile", ["smoke", "8xh100"])
-def test_launch_script_composes_a_valid_verl_config(algo, profile):
-    import verl
-    from hydra import compose, initialize_config_dir
+def test_server_fields_merge_across_turns_as_verls_tool_loop_does():
+    fields: dict = {}
+    first = {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3, "spec_num_draft_tokens": 2}
+    merge_server_fields(fields, first)
+    merge_server_fields(fields, {**first, "global_steps": 5, "min_global_steps": 5, "max_global_steps": 5})
+    merge_server_fields(fields, {"max_global_steps": None, "kv_transfer_params": {"a": 1}})
+    assert fields == {
+        "global_steps": 3,
+        "min_global_steps": 3,
+        "max_global_steps": 5,
+        "spec_num_draft_tokens": 4,
+        "kv_transfer_params": {"a": 1},  # a key only a later turn reported is kept, not dropped
+    }
 
+
+def test_agent_loop_output_carries_every_server_field(hotpot_rows, hotpot_options, qwen_tokenizer):
+    class VersionedServer(ScriptedServer):
+        async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+            output = await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+            step = len(self.calls)
+            output.extra_fields = {"global_steps": step, "min_global_steps": step, "max_global_steps": step, "new": 1}
+            return output
+
+    texts = ["<search>Lilu</search>", "<answer>a spirit</answer>"]
+    output = run_loop(VersionedServer(qwen_tokenizer, texts), qwen_tokenizer, hotpot_rows[0], env=hotpot_options)
+    fields = output.extra_fields
+    assert (fields["min_global_steps"], fields["max_global_steps"], fields["new"]) == (1, 2, 1)
+    assert output.reward_score == 1.0 == fields["reward_extra_info"]["reward/em"]
+
+
+@pytest.mark.slow
+def test_yaml_entry_survives_the_adapter_import_in_a_fresh_worker():
+    """veRL's AgentLoopWorker loads the YAML into its registry and imports the adapter only when hydra builds the
+    first loop; the import must not replace the YAML entry (its env options) for the episodes after it."""
+    script = (
+        "import hydra\n"
+        "from omegaconf import OmegaConf\n"
+        "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
+        f"for entry in OmegaConf.load({str(AGENT_YAML)!r}):\n"
+        "    _agent_loop_registry[entry.name] = entry\n"
+        "hydra.utils.get_class(_agent_loop_registry['searchenv_agent']._target_)\n"
+        "print(_agent_loop_registry['searchenv_agent'].env.retriever)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "http://127.0.0.1:8000"
+
+
+def test_agent_loop_without_env_options_is_an_error(qwen_tokenizer):
+    bare = OmegaConf.create({"_target_": "searchenv.adapters.verl.SearchEnvAgentLoop"})
+
+    async def build():
+        return make_loop(ScriptedServer(qwen_tokenizer, []), qwen_tokenizer, env={}, entry=bare)
+
+    with pytest.raises(hydra.errors.InstantiationException, match="agent_loop_config_path"):
+        asyncio.run(build())
+
+
+# -- launch files ---------------------------------------------------------------------------------------------------
+def launcher_overrides(*args: str, **env: str) -> list[str]:
+    """The hydra overrides the packaged verl_train.sh passes to veRL (PRINT_ARGS=1 starts nothing)."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB", "ATTN")}
     printed = subprocess.run(
-        ["bash", str(TRAIN_SCRIPT), algo, profile],
-        env={**os.environ, "PRINT_ARGS": "1"},
+        ["bash", str(launch_file("verl_train.sh")), *args],
+        env={**clean, "PRINT_ARGS": "1", **env},
         capture_output=True,
         text=True,
         check=True,
-    ).stdout.split("\n")
-    overrides = [line for line in printed if line]
+    ).stdout
+    return [line for line in printed.split("\n") if line]
+
+
+def compose_verl(overrides: list[str]):
+    """veRL's own ppo_trainer config composed with ``overrides`` the way ``python -m verl.trainer.main_ppo`` does."""
+    import verl
+    from hydra import compose, initialize_config_dir
+
     config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        config = compose(config_name="ppo_trainer", overrides=overrides)
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+@pytest.fixture(scope="module")
+def qwen_model_dir(tmp_path_factory) -> Path:
+    """A model folder veRL's HFModelConfig can read offline: the real Qwen2.5 tokenizer and a Qwen2 config.json.
+
+    veRL's config checks and agent-loop workers read the tokenizer and config, never the weights."""
+    from transformers import Qwen2Config
+
+    from searchenv.assets import qwen_tokenizer_dir
+
+    model_dir = tmp_path_factory.mktemp("qwen_config") / "model"
+    shutil.copytree(qwen_tokenizer_dir(), model_dir)
+    sizes = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 2}
+    Qwen2Config(architectures=["Qwen2ForCausalLM"], **sizes).save_pretrained(model_dir)
+    return model_dir
+
+
+@pytest.mark.parametrize("algo", ["ppo", "grpo"])
+@pytest.mark.parametrize("profile", ["smoke", "8xh100"])
+def test_launch_script_composes_a_config_verl_accepts(algo, profile, qwen_model_dir):
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    config = compose_verl(launcher_overrides(algo, profile, MODEL=str(qwen_model_dir)))
+    # veRL's own pre-flight checks (main_ppo runs them before starting Ray) and its typed rollout config.
+    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     rollout = config.actor_rollout_ref.rollout
     assert rollout.agent.default_agent_loop == AGENT_NAME and rollout.skip_tokenizer_init is False
     assert config.reward.custom_reward_function.path == "pkg://searchenv.adapters.verl"
     assert config.actor_rollout_ref.actor.clip_ratio == 0.2 and config.algorithm.gamma == 1.0
+    # flash-attn is not installed here: every model the trainer builds gets sdpa instead of veRL's default.
+    assert config.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+    assert list(config.trainer.logger) == ["console"]  # no WANDB_API_KEY in this environment
     if algo == "ppo":
         assert config.algorithm.adv_estimator == "gae" and config.algorithm.kl_ctrl.kl_coef == 0.001
         assert config.actor_rollout_ref.actor.optim.lr == 1e-6 and config.critic.optim.lr == 1e-5
+        assert config.critic.model.override_config.attn_implementation == "sdpa"
     else:
         assert config.algorithm.adv_estimator == "grpo" and rollout.n == 5
         assert config.actor_rollout_ref.actor.optim.lr == 5e-7 and config.actor_rollout_ref.actor.kl_loss_coef == 0.001
@@ -351,3 +453,248 @@ def test_launch_script_composes_a_valid_verl_config(algo, profile):
         assert config.actor_rollout_ref.actor.ppo_mini_batch_size == 256 and rollout.gpu_memory_utilization == 0.6
         assert config.trainer.save_freq == 100 and config.actor_rollout_ref.actor.fsdp_config.param_offload is True
     assert AGENT_NAME in _agent_loop_registry  # importing the adapter registered the loop under its name
+
+
+def test_launch_script_defaults_and_switches():
+    bare = launcher_overrides()  # the README's bare `bash adapters/scripts/verl_train.sh`
+    assert bare == launcher_overrides("grpo", "smoke")
+    assert "data.train_files=runs/verl-grpo-smoke/data/train.parquet" in bare
+    assert launcher_overrides("ppo", "paper") == launcher_overrides("ppo", "8xh100")
+    extra = launcher_overrides("grpo", "smoke", "trainer.total_training_steps=7")
+    assert extra[-1] == "trainer.total_training_steps=7"
+    assert launcher_overrides("trainer.save_freq=3")[-1] == "trainer.save_freq=3"  # overrides without ALGO/PROFILE
+    wandb = compose_verl(launcher_overrides(WANDB_API_KEY="set-by-test"))
+    assert list(wandb.trainer.logger) == ["console", "wandb"]
+    assert compose_verl(launcher_overrides(WANDB="1")).trainer.logger[-1] == "wandb"
+    attn = compose_verl(launcher_overrides(ATTN="flash_attention_2"))
+    assert attn.actor_rollout_ref.model.override_config.attn_implementation == "flash_attention_2"
+    bad = subprocess.run(["bash", str(launch_file("verl_train.sh")), "grpo", "tiny"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown PROFILE 'tiny'" in bad.stderr
+
+
+def test_searchenv_verl_subcommand_writes_and_runs_the_packaged_files(tmp_path, capfd):
+    from searchenv.cli import main as cli_main
+
+    assert cli_main(["verl", "files", str(tmp_path / "launch")]) == 0
+    for name in LAUNCH_FILES:
+        written = tmp_path / "launch" / name
+        assert written.read_bytes() == launch_file(name).read_bytes()
+    assert os.access(tmp_path / "launch" / "verl_train.sh", os.X_OK)
+    assert launch_file("verl_train.sh").parent.parent == Path(searchenv.adapters.__file__).parent
+    capfd.readouterr()
+    assert cli_main(["verl", "train", "--print-args", "ppo", "paper", "trainer.total_training_steps=9"]) == 0
+    printed = capfd.readouterr().out.split("\n")
+    assert "algorithm.adv_estimator=gae" in printed and "trainer.total_training_steps=9" in printed
+    assert "data.train_batch_size=512" in printed
+
+
+def test_paper_data_trains_on_nq_hotpotqa_and_evaluates_on_seven_sets(tmp_path, shared_data):
+    """Hub names resolved through the local override (<data_dir>/<name>/<split>.jsonl), as offline users run it."""
+    qa = shared_data / "qa"
+    local = {
+        ("nq", "train"): "nq_test_17.jsonl",
+        ("hotpotqa", "train"): "hotpotqa_100.jsonl",
+        ("nq", "test"): "nq_test_1000.jsonl",
+        ("triviaqa", "test"): "triviaqa_test_1000.jsonl",
+        ("popqa", "test"): "popqa_test_1000.jsonl",
+        ("hotpotqa", "dev"): "hotpotqa_100.jsonl",
+        ("2wikimultihopqa", "dev"): "musique_100.jsonl",  # no 2Wiki file in the shared data: any QA rows do here
+        ("musique", "dev"): "musique_100.jsonl",
+        ("bamboogle", "test"): "nq_test_17.jsonl",
+    }
+    for (name, split), file in local.items():
+        (tmp_path / "qa" / name).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "qa" / name / f"{split}.jsonl").write_bytes((qa / file).read_bytes())
+    out = tmp_path / "paper"
+    paths = verl_data_main(["--paper", "--data-dir", str(tmp_path / "qa"), "--limit", "5", "--output", str(out)])
+    assert [p.name for p in paths] == ["train.parquet", "test.parquet"]
+    train, test = (pq.read_table(p).to_pylist() for p in paths)
+    assert [r["data_source"] for r in train] == ["nq"] * 5 + ["hotpotqa"] * 5
+    assert [r["data_source"] for r in test] == [name for name in PAPER_EVAL for _ in range(5)]
+    assert [r["extra_info"]["index"] for r in test] == list(range(35))
+    assert {eval_split(n) for n in ("popqa", "bamboogle", "nq")} == {"test"} and eval_split("musique") == "dev"
+    with pytest.raises(SystemExit):
+        verl_data_main(["--paper", "--dataset", "world", "--output", str(out)])
+
+
+# -- veRL's own trainer code around the agent loop ------------------------------------------------------------------
+@ray.remote
+class OracleTokenServer:
+    """A rollout server stand-in behind veRL's real LLMServerClient and load balancer (a Ray actor, as vLLM's is).
+
+    It plays a fixed policy on token ids: search the question, then answer with the gold answer it was told. Like
+    veRL's vLLM server it reports the weights version it generated with in ``extra_fields["global_steps"]``; the
+    version moves from 3 to 4 once a trajectory already holds retrieved passages (a weight update between
+    turns, as with partial rollouts), so a trajectory spans versions 3..4.
+    """
+
+    def __init__(self, tokenizer_dir: str, answers: dict[str, str]):
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        self.answers = answers
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs) -> TokenOutput:
+        context = self.tokenizer.decode(prompt_ids)
+        question = next(q for q in self.answers if q in context)
+        searched = "Doc 1(Title:" in context  # a retrieved block (the prompt's instructions name the tags too)
+        text = f"<answer>{self.answers[question]}</answer>" if searched else f"<search>{question}</search>"
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        fields = {"global_steps": 4 if searched else 3, "num_cached_tokens": len(prompt_ids) // 2}
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed", extra_fields=fields)
+
+
+@pytest.fixture(scope="module")
+def verl_run(tmp_path_factory, shared_data, qwen_tokenizer, qwen_model_dir):
+    """Everything a veRL trainer hands its agent-loop workers, built from veRL's own config and classes on CPU.
+
+    Generation goes through veRL's LLMServerClient and GlobalRequestLoadBalancer to OracleTokenServer.
+    """
+    from verl.workers.rollout.llm_server import LLMServerClient
+    from verl.workers.rollout.router import GlobalRequestLoadBalancer
+
+    root = tmp_path_factory.mktemp("verl_run")
+    model_dir = qwen_model_dir
+    data = root / "data"
+    hotpot = str(shared_data / "qa" / "hotpotqa_100.jsonl")
+    verl_data_main(["--dataset", hotpot, "--split", "train", "--limit", "4", "--output", str(data)])
+    agent_yaml = root / "agent_loop.yaml"
+    entry = OmegaConf.load(AGENT_YAML)
+    entry[0].env = {"retriever": "bm25", "corpus": str(shared_data / "corpus" / "hotpotqa_hipporag.jsonl")}
+    OmegaConf.save(entry, agent_yaml)
+    overrides = [
+        o
+        for o in launcher_overrides("grpo", "smoke", MODEL=str(model_dir))
+        if not o.startswith(("data.train_files", "data.val_files")) and "agent_loop_config_path" not in o
+    ]
+    config = compose_verl(
+        [
+            *overrides,
+            f"data.train_files={data / 'train.parquet'}",
+            f"data.val_files={data / 'train.parquet'}",
+            f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_yaml}",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.rollout.calculate_log_probs=True",
+            "data.max_prompt_length=1024",
+            "data.max_response_length=1024",
+            "data.filter_overlong_prompts=False",
+            "+ray_kwargs.ray_init.num_cpus=2",
+        ]
+    )
+    OmegaConf.resolve(config)
+    rows = pq.read_table(data / "train.parquet").to_pylist()
+    answers = {r["extra_info"]["question"]: r["reward_model"]["ground_truth"]["target"][0] for r in rows}
+
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        with pytest.MonkeyPatch.context() as env:
+            # The machine's memory is shared with other jobs: Ray's node-wide OOM killer would stop these small actors.
+            env.setenv("RAY_memory_monitor_refresh_ms", "0")
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    server = OracleTokenServer.remote(str(model_dir), answers)
+    balancer = ray.remote(GlobalRequestLoadBalancer).remote(servers={"oracle": server})
+    client = LLMServerClient(config, load_balancer_handle=balancer)
+    dataset = RLHFDataset(str(data / "train.parquet"), qwen_tokenizer, config.data)
+    batch_dict = collate_fn([dataset[i] for i in range(len(dataset))])
+    yield argparse.Namespace(config=config, client=client, batch_dict=batch_dict, answers=answers)
+    if started_ray:
+        ray.shutdown()
+
+
+def check_scores(rewards, response_mask) -> None:
+    """The oracle's episodes all score EM 1, paid on the last response token (the answer's, masked 1)."""
+    for row, mask in zip(rewards, response_mask):
+        last_model_token = mask.nonzero().flatten()[-1].item()
+        assert row.nonzero().flatten().tolist() == [last_model_token] and row[last_model_token].item() == 1.0
+
+
+@pytest.mark.slow
+def test_legacy_trainer_step_over_real_agent_loop_worker(verl_run):
+    """veRL's legacy trainer (trainer.use_v1=false): AgentLoopWorker.generate_sequences (our loop, its
+    _agent_loop_postprocess and _postprocess), then the trainer's union, reward extraction, GRPO advantages and
+    metrics, exactly as RayPPOTrainer.fit calls them."""
+    from verl import DataProto
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.trainer.ppo.core_algos import AdvantageEstimator
+    from verl.trainer.ppo.metric_utils import compute_data_metrics
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage
+    from verl.trainer.ppo.reward import extract_reward
+
+    config, n = verl_run.config, verl_run.config.actor_rollout_ref.rollout.n
+    batch = DataProto.from_single_dict(dict(verl_run.batch_dict))
+    batch.non_tensor_batch["uid"] = np.array([f"uid-{i}" for i in range(len(batch))], dtype=object)
+    gen_batch = RayPPOTrainer._get_gen_batch(None, batch)
+    gen_batch.meta_info["global_steps"] = 4
+    worker = AgentLoopWorker(config, verl_run.client, None, None)
+    output = asyncio.run(worker.generate_sequences(gen_batch.repeat(repeat_times=n, interleave=True)))
+
+    batch = batch.repeat(repeat_times=n, interleave=True).union(output)
+    rewards, extra_infos = extract_reward(batch)
+    check_scores(rewards, batch.batch["response_mask"])
+    ones = [1.0] * len(batch)
+    assert list(extra_infos["num_searches"]) == ones and list(extra_infos["reward/em"]) == ones
+    # The server's fields reach the batch: weights versions 3..4 per trajectory, prefix-cache hits.
+    columns = batch.non_tensor_batch
+    assert list(columns["min_global_steps"]) == [3] * len(batch)
+    assert list(columns["max_global_steps"]) == [4] * len(batch)
+    assert all(hits > 0 for hits in columns["num_cached_tokens"])
+    batch.batch["token_level_scores"] = batch.batch["token_level_rewards"] = rewards
+    batch = compute_advantage(batch, adv_estimator=AdvantageEstimator.GRPO, num_repeat=n)
+    metrics = compute_data_metrics(batch, use_critic=False)
+    assert metrics["critic/score/mean"] == 1.0 and metrics["num_turns/min"] == 4  # prompt, search, information, answer
+    # Every sample scored 1: GRPO's group-normalised advantage is zero on every token.
+    assert batch.batch["advantages"].abs().max().item() == 0.0
+    masked = batch.batch["response_mask"].bool()
+    assert (batch.batch["rollout_log_probs"][masked] == -0.5).all()
+
+
+@pytest.mark.slow
+def test_v1_trainer_reads_what_the_transfer_queue_worker_stores(verl_run):
+    """veRL's default trainer (trainer.use_v1=true): the prompts go into TransferQueue and to a real
+    AgentLoopWorkerTQ actor as PPOTrainer._submit_batch_to_rollout sends them; the trajectories' tags and fields are
+    read back and the weights-version line of PPOTrainer._compute_metrics is applied to them."""
+    tq = pytest.importorskip("transfer_queue")
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+    from verl.utils import tensordict_utils as tu
+
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    try:
+        batch_dict = dict(verl_run.batch_dict)
+        uids = [f"uid{i}" for i in range(len(batch_dict["raw_prompt"]))]
+        batch_dict["uid"] = np.array(uids, dtype=object)
+        batch = tu.get_tensordict(batch_dict)  # = PPOTrainer._fetch_one_gen_batch
+        tu.assign_non_tensor_data(batch, "global_steps", 5)
+        tags = [{"is_prompt": True, "status": "pending", "global_steps": 5} for _ in uids]
+        tq.kv_batch_put(keys=uids, partition_id="train", tags=tags)
+        worker = AgentLoopWorkerTQ.remote(verl_run.config, verl_run.client, None, None)
+        ray.get(worker.generate_sequences.remote(batch))
+
+        deadline = time.monotonic() + 300
+        while True:
+            items = tq.kv_list(partition_id="train")["train"]
+            statuses = [items[uid]["status"] for uid in uids]
+            if all(s in ("finished", "failure") for s in statuses) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert statuses == ["finished"] * len(uids)
+
+        n = verl_run.config.actor_rollout_ref.rollout.n
+        keys = sorted(k for k, tag in items.items() if not tag.get("is_prompt"))
+        assert keys == sorted(f"{uid}_{session}_0" for uid in uids for session in range(n))
+        trajectory_tags = [items[k] for k in keys]
+        # trainer_base.py, PPOTrainer._compute_metrics: these two lines raised TypeError when the fields were dropped.
+        min_global_steps = np.array([tag["min_global_steps"] for tag in trajectory_tags], dtype=int)
+        max_global_steps = np.array([tag["max_global_steps"] for tag in trajectory_tags], dtype=int)
+        assert min_global_steps.tolist() == [3] * len(keys) and max_global_steps.tolist() == [4] * len(keys)
+
+        fields = ["rm_scores", "response_mask", "rollout_log_probs", "num_turns", "extra_fields"]
+        data = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=fields)
+        extra_fields = [getattr(f, "data", f) for f in data.pop("extra_fields")]  # NonTensorData items
+        num_turns = np.array(data.pop("num_turns").tolist())  # as PPOTrainer._compute_metrics reads them
+        data = data.to_padded_tensor()
+        check_scores(data["rm_scores"], data["response_mask"])
+        assert all(f["reward_extra_info"]["num_searches"] == 1.0 and f["num_cached_tokens"] > 0 for f in extra_fields)
+        assert num_turns.tolist() == [4] * len(keys)
+    finally:
+        tq.close()
