@@ -50,7 +50,17 @@ def test_wheel_in_clean_virtualenv(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert top_level == {"searchenv"}, f"the wheel must install only the searchenv namespace, got {top_level}"
-    for module in ("retrievers/bm25.py", "reward_specs/em.yaml", "adapters/__init__.py", "env.py"):
+    shipped = (
+        "retrievers/bm25.py",
+        "reward_specs/em.yaml",
+        "adapters/__init__.py",
+        "adapters/scripts/verl_train.sh",
+        "adapters/verl_configs/agent_loop.yaml",
+        "adapters/verl_configs/searchenv_tool.yaml",
+        "evaluation/runner.py",
+        "env.py",
+    )
+    for module in shipped:
         assert f"searchenv/{module}" in names
 
     env_dir = tmp_path / "venv"
