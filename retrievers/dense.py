@@ -193,8 +193,8 @@ def ivfpq_retriever(
     *,
     nlist: int | None = None,
     pq_m: int | None = None,
-    nprobe: int = 32,
-    candidates: int = 100,
+    nprobe: int = 128,
+    candidates: int = 300,
     train_size: int | None = None,
     seed: int = 0,
     **options: Any,
@@ -208,8 +208,10 @@ def ivfpq_retriever(
     Args:
         nlist: inverted lists (default: power of two nearest ``sqrt(N)``: 1,024 at 1M, 4,096 at 21M).
         pq_m: product-quantiser sub-vectors of 8 bits (default 64 for 768-d; must divide the dimension).
-        nprobe: lists scanned per query.
-        candidates: passages re-ranked exactly per query (the recall knob).
+        nprobe: lists scanned per query (the recall knob; 128 of 1,024 lists gave recall@3 0.985 against exact
+            search at 1M e5-like vectors with 300 candidates, 256 gave 0.996 — keep nprobe/nlist as large when
+            nlist grows).
+        candidates: passages re-ranked exactly per query.
         train_size: training sample (default ``min(N, max(64·nlist, 10,000))``); ``seed`` picks it.
         **options: as for :func:`exact_retriever`; ``index_path`` must be a *flat* file (its vectors are
             read memory-mapped), and the codes and fp16 file go to ``index_dir`` or the automatic cache.

@@ -216,5 +216,6 @@ def embed_corpus(
             _write_json_atomic(manifest_path, {**header, "shards": [n for n in names if n in finished]})
             if on_shard is not None:
                 on_shard(number)
-    _write_json_atomic(manifest_path, {**header, "shards": names})
+    if len(done) < n_shards or not manifest_path.exists():  # a cache hit leaves the directory untouched
+        _write_json_atomic(manifest_path, {**header, "shards": names})
     return ShardedVectors(out, tuple(names), len(corpus), int(encoder.dim))

@@ -81,11 +81,11 @@ def test_study_writes_table_and_plot_and_reuses_its_indexes(small_setup, capsys)
     assert (root / "out" / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (root / "out" / "study.md").read_text().splitlines()
     assert table[0].startswith("| dataset | engine | questions | R@1 | R@3 | R@5 |") and len(table) == 2 + len(ENGINES)
-    records = sorted((root / "indexes").glob("*/exact.json"))
-    assert len(records) == 1 and (records[0].parent / "hnsw.json").exists()
-    stamp = records[0].stat().st_mtime_ns
+    built = sorted((root / "indexes").glob("*/vectors/manifest.json"))  # one embedding; HNSW graph beside it
+    assert len(built) == 1 and (built[0].parent.parent / "hnsw-m64-efc40.json").exists()
+    stamps = [p.stat().st_mtime_ns for p in sorted(built[0].parent.iterdir())]
     assert main([*args[:6], "e5-exact", *args[7:]]) == 0  # second run: searches only
-    assert records[0].stat().st_mtime_ns == stamp
+    assert [p.stat().st_mtime_ns for p in sorted(built[0].parent.iterdir())] == stamps
 
 
 def test_answer_recall_counts_a_hit_within_the_first_k_passages():
