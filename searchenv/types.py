@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Corpus", "Passage", "QAExample", "Retriever", "split_contents"]
+__all__ = ["Corpus", "Passage", "QAExample", "Retriever", "corpus_line", "split_contents"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,11 @@ def split_contents(contents: str) -> tuple[str, str]:
     if len(title) >= 2 and title[0] == title[-1] == '"':
         title = title[1:-1]
     return title, text.strip()
+
+
+def corpus_line(id_: str, title: str, text: str) -> str:
+    """One jsonl line of a corpus in Search-R1's layout (``contents = '"Title"\\ntext'``), newline included."""
+    return json.dumps({"id": id_, "contents": f'"{title}"\n{text}'}, ensure_ascii=False) + "\n"
 
 
 @dataclass(frozen=True, slots=True)
