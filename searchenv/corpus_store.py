@@ -21,6 +21,7 @@ import hashlib
 import json
 import mmap
 import os
+from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import overload
@@ -90,7 +91,7 @@ class CorpusStore:
         from tqdm.auto import tqdm
 
         show = size >= _PROGRESS_FROM_BYTES if progress is None else progress
-        starts: list[int] = []
+        starts = array("q")  # 8 bytes a passage while building, not a Python int each
         digest = hashlib.sha256()
         position = 0
         with (
@@ -113,7 +114,7 @@ class CorpusStore:
             old.unlink(missing_ok=True)
         suffix = f".{os.getpid()}.tmp"
         with open(f"{self.table_path}{suffix}", "wb") as out:
-            np.save(out, np.asarray(starts, dtype=np.int64))
+            np.save(out, np.frombuffer(starts, dtype=np.int64))
         os.replace(f"{self.table_path}{suffix}", self.table_path)
         meta = {"format": _FORMAT, "path": str(self.path), "size": size, "count": len(starts)}
         meta["checksum"] = digest.hexdigest()
@@ -160,6 +161,10 @@ class DiskCorpus(Corpus):
         self.texts = _FieldView(self.store, 2)
         self.source = str(self.store.path)
         self._checksum = self.store.checksum
+
+    def __reduce__(self):
+        """Pickle as the path: a worker process reopens the file (its offset table is cached) and maps it."""
+        return (DiskCorpus, (self.store.path,))
 
     def passage(self, position: int, score: float = 0.0) -> Passage:
         id_, title, text, _ = self.store.row(position)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -125,6 +126,13 @@ def test_memory_is_bounded_by_structure_not_by_the_file(union):
     assert isinstance(disk.store.offsets, np.memmap) and disk.store.offsets.dtype == np.int64
     held = [value for value in vars(disk.ids).values() if isinstance(value, list | tuple | dict | str)]
     assert held == []
+
+
+def test_disk_corpus_pickles_as_its_path_for_worker_processes(union):
+    disk = DiskCorpus(union)
+    clone = pickle.loads(pickle.dumps(disk))
+    assert isinstance(clone, DiskCorpus) and clone.checksum == disk.checksum and clone.passage(7) == disk.passage(7)
+    assert len(pickle.dumps(disk)) < 1000
 
 
 def test_rewriting_a_mapped_corpus_with_to_jsonl_is_safe(tmp_path):
