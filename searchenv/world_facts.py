@@ -19,7 +19,7 @@ import numpy as np
 
 from searchenv import world_vocab as vocab
 
-__all__ = ["ENTITY_KINDS", "SHORT_NAMES_UP_TO", "Facts", "build_facts", "entity_counts"]
+__all__ = ["ENTITY_KINDS", "SHORT_NAMES_UP_TO", "Facts", "build_facts", "entity_counts", "smallest_ints"]
 
 ENTITY_KINDS = ("person", "org", "city", "region", "work")
 
@@ -31,6 +31,20 @@ _MAX_ROUNDS = 64  # rounds of candidate batches before a name pool counts as exh
 # 75 times the space; smaller worlds keep the short names, so their seeds give the same worlds as before.
 SHORT_NAMES_UP_TO = 5_000_000
 FIRST_BIRTH_YEAR, LAST_BIRTH_YEAR = 1480, 1880
+
+
+def smallest_ints(values: np.ndarray) -> np.ndarray:
+    """``values`` in the narrowest signed integer type that holds them (a 21M world keeps dozens of these).
+
+    Only storage changes: every value, and so every passage and question drawn from it, stays the same.
+    """
+    if values.dtype.kind not in "iu" or values.size == 0:
+        return values
+    low, high = int(values.min()), int(values.max())
+    for dtype in (np.int8, np.int16, np.int32):
+        if np.iinfo(dtype).min <= low and high <= np.iinfo(dtype).max:
+            return values.astype(dtype)
+    return values
 
 
 def entity_counts(num_passages: int) -> dict[str, int]:
@@ -293,7 +307,7 @@ def build_facts(num_passages: int, rng: np.random.Generator) -> Facts:
     governor = rng.choice(n["person"], size=n["region"], replace=False)
     author = rng.integers(0, n["person"], size=n["work"])
     published = _during_life(rng, birth_year[author], death_year[author], 25, 60)
-    return Facts(
+    facts = Facts(
         person_names=person_names,
         org_names=org_names,
         city_names=city_names,
@@ -328,3 +342,7 @@ def build_facts(num_passages: int, rng: np.random.Generator) -> Facts:
         wrote_work=_last_index(author, n["person"]),
         governed=_last_index(governor, n["person"]),
     )
+    for name, value in vars(facts).items():
+        if isinstance(value, np.ndarray):
+            setattr(facts, name, smallest_ints(value))
+    return facts

@@ -24,7 +24,7 @@ from math import gcd
 import numpy as np
 
 from searchenv import world_vocab as vocab
-from searchenv.world_facts import Facts
+from searchenv.world_facts import Facts, smallest_ints
 
 __all__ = ["TARGET_WORDS", "KindPassages", "draw_passages"]
 
@@ -46,10 +46,8 @@ FactSpec = tuple[str, tuple[str, ...]]  # (slot that must not be None, templates
 
 
 def _compact(values: np.ndarray) -> np.ndarray:
-    """``values`` as int32 when they fit: the draws of a 21M world are kept until rendering."""
-    if values.size and (values.min() < np.iinfo(np.int32).min or values.max() > np.iinfo(np.int32).max):
-        return values
-    return values.astype(np.int32)
+    """The draws of a 21M world are kept until rendering: store them in the narrowest integer type."""
+    return smallest_ints(values)
 
 
 def _values(values: np.ndarray) -> Column:
