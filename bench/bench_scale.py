@@ -119,7 +119,14 @@ def corpus_open(args: argparse.Namespace) -> dict:
         "mean_chars": chars / len(positions),
         "peak_rss_mb_first_open": after_first / 1024,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        **_rss_split(),
     }
+
+
+def _rss_split() -> dict:
+    """Resident memory now, split into anonymous (the process's own) and file-backed (mapped page cache)."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return {f"{k.lower()}_mb": int(fields[k].split()[0]) / 1024 for k in ("RssAnon", "RssFile") if k in fields}
 
 
 def _time_passes(run, passes: int = PASSES) -> float:
