@@ -26,7 +26,6 @@ import json
 import multiprocessing
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
@@ -180,7 +179,7 @@ class _SegmentWriter:
         self.term_ids: dict[str, int] = {}
         self.doc_freq = np.zeros(0, dtype=np.int64)
         self.lengths: list[np.ndarray] = []
-        self.segments: list[tuple[int, int]] = []  # (first doc, vocabulary size then)
+        self.segments: list[int] = []  # the first document of each
 
     def add(self, analysed: tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
         vocabulary, docs, local_terms, tfs, lengths = analysed
@@ -195,13 +194,15 @@ class _SegmentWriter:
         out_tfs = np.empty(len(docs), dtype=np.int32)
         _scatter(terms, 0, indptr, docs, tfs, out_docs, out_tfs)
         index = len(self.segments)
-        np.save(self.scratch / f"seg{index}-indptr.npy", indptr)
+        present = np.flatnonzero(counts)  # a segment's own terms only: its files do not grow with the vocabulary
+        np.save(self.scratch / f"seg{index}-terms.npy", present.astype(np.int32))
+        np.save(self.scratch / f"seg{index}-starts.npy", np.append(indptr[present], indptr[-1]))
         np.save(self.scratch / f"seg{index}-docs.npy", out_docs)
         np.save(self.scratch / f"seg{index}-tfs.npy", np.minimum(out_tfs, 65535).astype(np.uint16))
         grown = np.zeros(vocab_size, dtype=np.int64)
         grown[: len(self.doc_freq)] = self.doc_freq
         self.doc_freq = grown + counts
-        self.segments.append((sum(len(x) for x in self.lengths), vocab_size))
+        self.segments.append(sum(len(x) for x in self.lengths))
         self.lengths.append(lengths)
 
     def merge(self, directory: Path, k1: float, b: float, merge_postings: int, show_progress: bool) -> None:
@@ -213,7 +214,10 @@ class _SegmentWriter:
         )
         norms = norm_byte(lengths)
         segments = [
-            tuple(np.load(self.scratch / f"seg{i}-{part}.npy", mmap_mode="r") for part in ("indptr", "docs", "tfs"))
+            tuple(
+                np.load(self.scratch / f"seg{i}-{part}.npy", mmap_mode="r")
+                for part in ("terms", "starts", "docs", "tfs")
+            )
             for i in range(len(self.segments))
         ]
         total = int(self.doc_freq.sum())
@@ -263,14 +267,14 @@ class _SegmentWriter:
     def _gather(self, segments, t0: int, t1: int, chunk_indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The postings of terms ``t0:t1`` from every segment, term-major with documents ascending."""
         seg_docs, seg_tfs, seg_terms = [], [], []
-        for (first_doc, seg_vocab), (indptr, docs, tfs) in zip(self.segments, segments, strict=True):
-            lo_t, hi_t = min(t0, seg_vocab), min(t1, seg_vocab)
-            lo, hi = int(indptr[lo_t]), int(indptr[hi_t])
-            if hi == lo:
+        for first_doc, (terms, starts, docs, tfs) in zip(self.segments, segments, strict=True):
+            a, z = np.searchsorted(terms, [t0, t1])
+            if z == a:
                 continue
+            lo, hi = int(starts[a]), int(starts[z])
             seg_docs.append(docs[lo:hi] + np.int32(first_doc))
             seg_tfs.append(np.asarray(tfs[lo:hi], dtype=np.int32))
-            seg_terms.append(np.repeat(np.arange(lo_t, hi_t, dtype=np.int64), np.diff(indptr[lo_t : hi_t + 1])))
+            seg_terms.append(np.repeat(np.asarray(terms[a:z], dtype=np.int64), np.diff(starts[a : z + 1])))
         if not seg_docs:
             return np.zeros(0, np.int32), np.zeros(0, np.int32)
         terms = np.concatenate(seg_terms)
@@ -331,7 +335,10 @@ def build_native_index(
         progress = tqdm(total=num_docs, desc="native: indexing", unit="doc", disable=not show_progress)
         parallel = workers > 1 and (num_docs is None or num_docs >= _PARALLEL_MIN_DOCS)
         if parallel:
-            context = multiprocessing.get_context("spawn")  # never fork a process that may hold a JVM or threads
+            # fork: workers start at once and a script need no ``__main__`` guard; they only run Python and numpy,
+            # never a JVM or thread pool the parent may hold.
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            context = multiprocessing.get_context(method)
             with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
                 pending: list[Future] = []
                 for segment in _segments(texts, segment_docs):
@@ -398,31 +405,19 @@ def _heap_push(scores, docs, size, k, s, d):  # pragma: no cover - jit
     return size
 
 
-@njit(cache=True)
-def _kth_best(acc, docs, count, k, heap_scores, heap_docs):  # pragma: no cover - jit
-    """The ``k``-th highest partial score among ``docs[:count]`` (a lower bound on the final top-k cut-off)."""
-    size = 0
-    for i in range(count):
-        size = _heap_push(heap_scores, heap_docs, size, k, np.float32(acc[docs[i]]), docs[i])
-    return np.float64(heap_scores[0])
-
-
 _SLACK = 1.0 + 1e-6  # float rounding margin: prune only when a bound is clearly below the cut-off
+_END = 2**62  # the current document of an exhausted cursor
 
 
-@njit(cache=True)
-def _prune(acc, docs, count, rest, cutoff):  # pragma: no cover - jit
-    """Keep (in order) the candidates in ``docs[:count]`` that the remaining terms could lift to ``cutoff``;
-    zero the accumulators of the others. Returns the new count."""
-    kept = 0
-    for c in range(count):
-        d = docs[c]
-        if (acc[d] + rest) * _SLACK >= cutoff:
-            docs[kept] = d
-            kept += 1
-        else:
-            acc[d] = 0.0
-    return kept
+@njit(cache=True, inline="always")
+def _load(
+    data, block_offset, block_last, term_start, j, blk, docs, tfs, counts, positions, current
+):  # pragma: no cover
+    """Decode block ``blk`` into cursor ``j``'s buffer and point the cursor at its first posting."""
+    previous = block_last[blk - 1] if blk > term_start[j] else -1
+    counts[j] = decode_block(data, block_offset[blk], previous, docs[j], tfs[j])
+    positions[j] = 0
+    current[j] = docs[j, 0]
 
 
 @njit(nogil=True, cache=True)
@@ -431,6 +426,7 @@ def _search_kernel(
     term_blocks,
     block_last,
     block_offset,
+    block_max,
     idf,
     norms,
     norm_cache,
@@ -439,90 +435,141 @@ def _search_kernel(
     qterms,
     qweights,
     k,
-    acc,
-    touched,
     start,
     step,
     out_docs,
     out_scores,
 ):  # pragma: no cover - jit
-    """Exact top-``k`` for queries ``start, start + step, …`` with MaxScore pruning, using one accumulator.
+    """Exact top-``k`` for queries ``start, start + step, …``: document-at-a-time MaxScore over the block postings.
 
-    Terms run from the highest score bound (rare terms) down, scored into ``acc``. Once the bounds of the
-    remaining terms add up to less than the current ``k``-th best partial score, no untouched passage can still
-    enter the top ``k``: the remaining (long, common-term) lists are then only probed for the few candidates
-    that can still make it, decoding only the blocks that hold one. ``acc`` is left all-zero for the next call.
+    Terms are ordered by their score bound. Once ``k`` hits are held, the terms whose bounds add up to less than
+    the ``k``-th best score are *non-essential*: a passage that has none of the other (essential) terms cannot
+    enter the top ``k``, so only the essential lists are walked, and the non-essential ones are probed for each
+    candidate — skipping whole blocks by their last document, and giving up on a candidate as soon as its score
+    so far plus what the remaining terms (by their block maxima) could add falls below the cut-off. The rare
+    terms of a question are essential and the long lists of common words mostly are not, so most of the long
+    lists is never decoded.
     """
     num_queries = qptr.shape[0] - 1
     heap_scores = np.empty(k, np.float32)
     heap_docs = np.empty(k, np.int64)
-    block_docs = np.empty(BLOCK, np.int64)
-    block_tfs = np.empty(BLOCK, np.int64)
     one = np.float32(1.0)
     for q in range(start, num_queries, step):
-        first, nterms = qptr[q], qptr[q + 1] - qptr[q]
-        bounds = np.empty(nterms)
-        for j in range(nterms):
+        first, n = qptr[q], qptr[q + 1] - qptr[q]
+        if n == 0:
+            continue
+        bounds = np.empty(n)
+        for j in range(n):
             bounds[j] = qweights[first + j] * term_max[qterms[first + j]]
-        order = np.argsort(-bounds)
-        rest = np.zeros(nterms + 1)  # rest[i]: the most terms order[i:] can add to any passage
-        for i in range(nterms - 1, -1, -1):
-            rest[i] = rest[i + 1] + bounds[order[i]]
-        count = 0
-        cutoff = -1.0
-        i = 0
-        while i < nterms and not (count >= k and rest[i] * _SLACK < cutoff):
-            t = qterms[first + order[i]]
-            weight = qweights[first + order[i]]
-            w = idf[t]
-            previous = -1
-            for blk in range(term_blocks[t], term_blocks[t + 1]):
-                n = decode_block(data, block_offset[blk], previous, block_docs, block_tfs)
-                previous = block_docs[n - 1]
-                for j in range(n):
-                    d = block_docs[j]
-                    if acc[d] == 0.0:
-                        touched[count] = d
-                        count += 1
-                    acc[d] += weight * (w - w / (one + np.float32(block_tfs[j]) * norm_cache[norms[d]]))
-            i += 1
-            # The cut-off can only prune once the terms left could add less than the terms done.
-            if count >= k and i < nterms and rest[i] < rest[0] - rest[i]:
-                cutoff = _kth_best(acc, touched, count, k, heap_scores, heap_docs)
-        if i < nterms:
-            count = _prune(acc, touched, count, rest[i], cutoff)
-            touched[:count].sort()  # ascending, for walking the remaining posting lists once
-            for ii in range(i, nterms):
-                t = qterms[first + order[ii]]
-                weight = qweights[first + order[ii]]
-                w = idf[t]
-                blk, end = term_blocks[t], term_blocks[t + 1]
-                decoded = -1
-                n = 0
-                pos = 0
-                for c in range(count):
-                    d = touched[c]
-                    while blk < end and block_last[blk] < d:
-                        blk += 1
-                    if blk >= end:
-                        break
-                    if decoded != blk:
-                        previous = block_last[blk - 1] if blk > term_blocks[t] else -1
-                        n = decode_block(data, block_offset[blk], previous, block_docs, block_tfs)
-                        decoded = blk
-                        pos = 0
-                    while block_docs[pos] < d:
-                        pos += 1
-                    if block_docs[pos] == d:
-                        acc[d] += weight * (w - w / (one + np.float32(block_tfs[pos]) * norm_cache[norms[d]]))
-                if ii + 1 < nterms and count > k:  # scores grew: raise the cut-off, drop hopeless candidates
-                    cutoff = _kth_best(acc, touched, count, k, heap_scores, heap_docs)
-                    count = _prune(acc, touched, count, rest[ii + 1], cutoff)
+        order = np.argsort(bounds)  # ascending: cursor j has the j-th smallest bound
+        terms = np.empty(n, np.int64)
+        weights = np.empty(n)
+        below = np.zeros(n + 1)  # below[j]: the most cursors 0..j-1 together can add
+        for j in range(n):
+            terms[j] = qterms[first + order[j]]
+            weights[j] = qweights[first + order[j]]
+            below[j + 1] = below[j] + bounds[order[j]]
+        term_start = np.empty(n, np.int64)
+        block = np.empty(n, np.int64)
+        block_end = np.empty(n, np.int64)
+        docs = np.empty((n, BLOCK), np.int64)
+        tfs = np.empty((n, BLOCK), np.int64)
+        counts = np.zeros(n, np.int64)
+        positions = np.zeros(n, np.int64)
+        current = np.empty(n, np.int64)
+        for j in range(n):
+            term_start[j] = term_blocks[terms[j]]
+            block[j] = term_start[j]
+            block_end[j] = term_blocks[terms[j] + 1]
+            _load(data, block_offset, block_last, term_start, j, block[j], docs, tfs, counts, positions, current)
         size = 0
-        for c in range(count):
-            d = touched[c]
-            size = _heap_push(heap_scores, heap_docs, size, k, np.float32(acc[d]), d)
-            acc[d] = 0.0
+        cutoff = -1.0
+        essential = 0  # cursors essential..n-1 are essential
+        while True:
+            d = _END
+            for j in range(essential, n):
+                d = min(d, current[j])
+            if d == _END:
+                break
+            score = 0.0
+            for j in range(essential, n):
+                if current[j] == d:
+                    p = positions[j]
+                    w = idf[terms[j]]
+                    score += weights[j] * (w - w / (one + np.float32(tfs[j, p]) * norm_cache[norms[d]]))
+                    if p + 1 < counts[j]:
+                        positions[j] = p + 1
+                        current[j] = docs[j, p + 1]
+                    elif block[j] + 1 < block_end[j]:
+                        block[j] += 1
+                        _load(
+                            data,
+                            block_offset,
+                            block_last,
+                            term_start,
+                            j,
+                            block[j],
+                            docs,
+                            tfs,
+                            counts,
+                            positions,
+                            current,
+                        )
+                    else:
+                        current[j] = _END
+            alive = True
+            for j in range(essential - 1, -1, -1):
+                if (score + below[j + 1]) * _SLACK < cutoff:
+                    alive = False
+                    break
+                if current[j] < d:  # advance cursor j to its first posting >= d
+                    if block_last[block[j]] < d:
+                        blk = block[j] + 1
+                        while blk < block_end[j] and block_last[blk] < d:
+                            blk += 1
+                        if blk == block_end[j]:
+                            block[j] = blk - 1
+                            current[j] = _END
+                            continue
+                        block[j] = blk
+                        # The block holding d (if it does) cannot lift the candidate enough: drop it undecoded.
+                        if (score + weights[j] * block_max[blk] + below[j]) * _SLACK < cutoff:
+                            current[j] = -1  # not decoded: the next probe decodes it
+                            positions[j] = -1
+                            alive = False
+                            break
+                        _load(data, block_offset, block_last, term_start, j, blk, docs, tfs, counts, positions, current)
+                    elif positions[j] < 0:  # the block was skipped undecoded above
+                        _load(
+                            data,
+                            block_offset,
+                            block_last,
+                            term_start,
+                            j,
+                            block[j],
+                            docs,
+                            tfs,
+                            counts,
+                            positions,
+                            current,
+                        )
+                    p = positions[j]
+                    while docs[j, p] < d:
+                        p += 1
+                    positions[j] = p
+                    current[j] = docs[j, p]
+                if current[j] == d:
+                    w = idf[terms[j]]
+                    p = positions[j]
+                    score += weights[j] * (w - w / (one + np.float32(tfs[j, p]) * norm_cache[norms[d]]))
+            if not alive:
+                continue
+            if size < k or np.float32(score) > heap_scores[0]:  # a later document loses a tie
+                size = _heap_push(heap_scores, heap_docs, size, k, np.float32(score), d)
+                if size == k:
+                    cutoff = np.float64(heap_scores[0])
+                    while essential < n and below[essential + 1] * _SLACK < cutoff:
+                        essential += 1
         # Pop worst-first into the tail: the row ends up best-first.
         for r in range(size - 1, -1, -1):
             out_scores[q, r] = heap_scores[0]
@@ -563,6 +610,7 @@ class NativeEngine:
             arrays["term_blocks"],
             arrays["block_last"],
             arrays["block_offset"],
+            arrays["block_max"],
             arrays["idf"],
             arrays["norms"],
             arrays["norm_cache"],
@@ -571,8 +619,6 @@ class NativeEngine:
         self.threads = max(1, int(threads))
         self.scratch = scratch  # the temporary directory of an in-memory build, removed with the engine
         self._pool: ThreadPoolExecutor | None = None
-        self._buffers: tuple[np.ndarray, np.ndarray] | None = None
-        self._lock = threading.Lock()
 
     def _query_terms(self, query: str) -> dict[int, float]:
         weights: dict[int, float] = {}
@@ -603,32 +649,18 @@ class NativeEngine:
             np.asarray(qweights, dtype=np.float64),
             k,
         )
-        with self._lock:  # the accumulators are shared state
-            acc, touched = self._work_buffers(workers)
-            if workers == 1:
-                _search_kernel(*arguments, acc[0], touched[0], 0, 1, out_docs, out_scores)
-            else:
-                jobs = [
-                    self._pool.submit(_search_kernel, *arguments, acc[w], touched[w], w, workers, out_docs, out_scores)
-                    for w in range(workers)
-                ]
-                for job in jobs:
-                    job.result()
+        if workers == 1:
+            _search_kernel(*arguments, 0, 1, out_docs, out_scores)
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="bm25-native")
+            jobs = [
+                self._pool.submit(_search_kernel, *arguments, w, workers, out_docs, out_scores) for w in range(workers)
+            ]
+            for job in jobs:
+                job.result()
         results = []
         for row_docs, row_scores in zip(out_docs, out_scores, strict=True):
             found = row_docs >= 0
             results.append((row_docs[found], row_scores[found]))
         return results
-
-    def _work_buffers(self, workers: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per-worker accumulators, allocated once: zeroing a corpus-sized array per query would cost more than
-        the query itself at a million passages."""
-        if self._buffers is None or self._buffers[0].shape[0] < workers:
-            if workers > 1 and self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="bm25-native")
-            self._buffers = (
-                np.zeros((workers, self.num_docs), dtype=np.float64),
-                np.empty((workers, self.num_docs), dtype=np.int32),
-            )
-        acc, touched = self._buffers
-        return acc[:workers], touched[:workers]
