@@ -61,6 +61,7 @@ def _timed(search, queries: list[str], budget_s: float, warm: int, repeats: int)
     """Warm ``search`` by ``warm`` full passes, then time ``repeats`` passes over the largest prefix of ``queries``
     a budget allows; return (count, [seconds per pass], results of the last pass)."""
     probe = queries[: min(20, len(queries))]
+    search(probe)  # compiles (numba) or loads classes (the JVM) before anything is timed
     start = time.perf_counter()
     search(probe)
     per_query = (time.perf_counter() - start) / len(probe)

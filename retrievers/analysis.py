@@ -108,11 +108,39 @@ def _token_pattern():
     return regex.compile("|".join(f"(?:{a})" for a in alternatives), regex.V1)
 
 
+# The same rules for text whose non-ASCII characters are all plain letters, ``’``/``·``, or plain separators.
+_PLAIN_TOKEN = re.compile(r"_*[^\W_](?:\w|(?<=[^\W\d_])[.:'’·](?=[^\W\d_])|(?<=\d)[.,;'’](?=\d))*")
+_PLAIN_MIDS = frozenset("’·")
+
+
+def _char_kind(char: str) -> bool:
+    """Whether ``_PLAIN_TOKEN`` treats ``char`` as Lucene does: an ASCII character, a letter that only ever joins
+    letters and digits, a mid-word mark it knows, or a separator that never belongs to a token."""
+    import regex
+
+    if char.isascii() or char in _PLAIN_MIDS:
+        return True
+    special = regex.match(
+        rf"[[{TOKEN_CANDIDATE}\p{{WB=Extend}}\p{{WB=Format}}\p{{WB=ZWJ}}\p{{WB=ExtendNumLet}}\p{{WB=MidLetter}}"
+        rf"\p{{WB=MidNum}}\p{{WB=MidNumLet}}\p{{WB=Regional_Indicator}}{EMOJI_ADDED}{SCRIPT_RUN_ADDED}]"
+        rf"--[\p{{WB=ALetter}}]]",
+        char,
+        regex.V1,
+    )
+    letter = regex.match(rf"[\p{{WB=ALetter}}--[{TOKEN_CHARS_DROPPED}]]", char, regex.V1)
+    if letter:
+        return char.isalpha() and not regex.match(r"[\p{Ideographic}\p{LB=SA}\p{Extended_Pictographic}]", char)
+    return special is None and not char.isalnum()
+
+
 # Java lowercases code point by code point; Python's full case mapping differs for these two (İ → i + dot above,
 # and a word-final Σ → ς).
 _JAVA_LOWER = str.maketrans({"\u0130": "i", "\u03a3": "\u03c3"})
 # The same rules restricted to ASCII (no extend, katakana, ideograph or emoji characters there).
-_ASCII_TOKEN = re.compile(r"_*[a-z0-9](?:[a-z0-9_]|(?<=[a-z])[.:'](?=[a-z])|(?<=[0-9])[.,;'](?=[0-9]))*")
+# Written so that the common case, a run of word characters, needs no look-around.
+_ASCII_TOKEN = re.compile(
+    r"[a-z0-9_]*[a-z0-9][a-z0-9_]*(?:(?<=[a-z])[.:'](?=[a-z])[a-z0-9_]+|(?<=[0-9])[.,;'](?=[0-9])[a-z0-9_]+)*"
+)
 
 _VOWELS = frozenset("aeiou")
 
@@ -148,15 +176,30 @@ class EnglishAnalyzer:
         self._stem = Stemmer.Stemmer("porter").stemWord
         self._memo: dict[str, str | None] = {}
         self._unicode_token = None  # compiled on first non-ASCII text (a fraction of a second)
+        self._char_kinds: dict[str, bool] = {}
 
     def tokens(self, text: str) -> list[str]:
         """Raw lowercased tokens, before possessive stripping, stopwords and stemming."""
         if text.isascii():
             return _ASCII_TOKEN.findall(text.lower())
         text = text.translate(_JAVA_LOWER).lower()
+        if self._plain(text):
+            return _PLAIN_TOKEN.findall(text)
         if self._unicode_token is None:
             self._unicode_token = _token_pattern()
         return self._unicode_token.findall(text)
+
+    def _plain(self, text: str) -> bool:
+        """Whether every non-ASCII character of ``text`` is a plain letter or a plain separator, which the fast
+        pattern tokenises exactly as the full rules do (accented Latin, Greek, Cyrillic with dashes and quotes)."""
+        kinds = self._char_kinds
+        for char in set(text):
+            kind = kinds.get(char)
+            if kind is None:
+                kind = kinds[char] = _char_kind(char)
+            if not kind:
+                return False
+        return True
 
     def term_of(self, token: str) -> str | None:
         term = self._memo.get(token, "")

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import operator
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from itertools import compress, repeat
 from pathlib import Path
 
 import numpy as np
@@ -136,17 +138,18 @@ def _analyse_segment(texts: list[str]) -> tuple[list[str], np.ndarray, np.ndarra
     lengths = np.zeros(len(texts), dtype=np.int32)
     for lo in range(0, len(texts), _ANALYSE_CHUNK):
         hi = min(len(texts), lo + _ANALYSE_CHUNK)
-        ids: list[int] = []
         per_doc = np.empty(hi - lo, dtype=np.int64)
+        tokens: list[str] = []
         for i in range(lo, hi):
-            tokens = analyzer.tokens(texts[i])
-            per_doc[i - lo] = len(tokens)
-            for token in tokens:
-                tid = token_ids.get(token)
-                if tid is None:
-                    term = analyzer.term_of(token)
-                    tid = token_ids[token] = -1 if term is None else term_ids.setdefault(term, len(term_ids))
-                ids.append(tid)
+            doc_tokens = analyzer.tokens(texts[i])
+            per_doc[i - lo] = len(doc_tokens)
+            tokens.extend(doc_tokens)
+        ids = list(map(token_ids.get, tokens))  # one C-level pass; new tokens are analysed once below
+        if None in ids:
+            for token in dict.fromkeys(compress(tokens, map(operator.is_, ids, repeat(None)))):  # first-seen order
+                term = analyzer.term_of(token)
+                token_ids[token] = -1 if term is None else term_ids.setdefault(term, len(term_ids))
+            ids = list(map(token_ids.get, tokens))
         term_arr = np.array(ids, dtype=np.int64)
         doc_arr = np.repeat(np.arange(lo, hi, dtype=np.int64), per_doc)
         kept = term_arr >= 0
@@ -256,7 +259,9 @@ class _SegmentWriter:
             np.concatenate([part[i] for part in block_parts]) if block_parts else np.zeros(0, dtype)
             for i, dtype in enumerate((np.int32, np.int64, np.float32))
         )
-        block_offset = np.append(block_offset, written)
+        # Narrow indices where they fit (every index below 4 GB of postings and 2**31 blocks): smaller on disk.
+        block_offset = np.append(block_offset, written).astype(np.uint32 if written < 2**32 else np.int64)
+        term_blocks = term_blocks.astype(np.int32 if blocks < 2**31 else np.int64)
         arrays = (idf, norms, cache, term_blocks, term_max, block_last, block_offset, block_max)
         for name, array in zip(_FILES, arrays, strict=True):
             np.save(directory / f"{name}.npy", array)
@@ -407,6 +412,61 @@ def _heap_push(scores, docs, size, k, s, d):  # pragma: no cover - jit
 
 _SLACK = 1.0 + 1e-6  # float rounding margin: prune only when a bound is clearly below the cut-off
 _END = 2**62  # the current document of an exhausted cursor
+_SEEDS = 64  # passages scored up front to start the cut-off high
+
+
+@njit(cache=True)
+def _seed_cutoff(
+    data, term_blocks, block_last, block_offset, idf, norms, norm_cache, terms, weights, k
+):  # pragma: no cover
+    """A lower bound on the final ``k``-th best score: the ``k``-th best exact score among the first passages of
+    the highest-bound terms (``terms`` ascending by bound). Starting the document-at-a-time walk with it makes
+    most common terms non-essential from the first document instead of after a long warm-up."""
+    docs = np.empty(BLOCK, np.int64)
+    tfs = np.empty(BLOCK, np.int64)
+    seeds = np.empty(_SEEDS + BLOCK, np.int64)
+    count = 0
+    for j in range(terms.shape[0] - 1, -1, -1):
+        blk, end = term_blocks[terms[j]], term_blocks[terms[j] + 1]
+        previous = -1
+        while blk < end and count < _SEEDS:
+            m = decode_block(data, block_offset[blk], previous, docs, tfs)
+            previous = docs[m - 1]
+            seeds[count : count + m] = docs[:m]
+            count += m
+            blk += 1
+        if count >= _SEEDS:
+            break
+    seeds = np.unique(seeds[:count])
+    if seeds.shape[0] < k:
+        return -1.0
+    scores = np.zeros(seeds.shape[0])
+    one = np.float32(1.0)
+    for j in range(terms.shape[0]):
+        t = terms[j]
+        w = idf[t]
+        blk, end = term_blocks[t], term_blocks[t + 1]
+        decoded = -1
+        m = 0
+        pos = 0
+        for c in range(seeds.shape[0]):
+            d = seeds[c]
+            while blk < end and block_last[blk] < d:
+                blk += 1
+            if blk >= end:
+                break
+            if decoded != blk:
+                m = decode_block(
+                    data, block_offset[blk], block_last[blk - 1] if blk > term_blocks[t] else -1, docs, tfs
+                )
+                decoded = blk
+                pos = 0
+            while docs[pos] < d:
+                pos += 1
+            if docs[pos] == d:
+                scores[c] += weights[j] * (w - w / (one + np.float32(tfs[pos]) * norm_cache[norms[d]]))
+    ranked = np.sort(scores.astype(np.float32))
+    return np.float64(ranked[ranked.shape[0] - k])
 
 
 @njit(cache=True, inline="always")
@@ -483,8 +543,11 @@ def _search_kernel(
             block_end[j] = term_blocks[terms[j] + 1]
             _load(data, block_offset, block_last, term_start, j, block[j], docs, tfs, counts, positions, current)
         size = 0
-        cutoff = -1.0
+        seeded = _seed_cutoff(data, term_blocks, block_last, block_offset, idf, norms, norm_cache, terms, weights, k)
+        cutoff = seeded
         essential = 0  # cursors essential..n-1 are essential
+        while essential < n and below[essential + 1] * _SLACK < cutoff:
+            essential += 1
         while True:
             d = _END
             for j in range(essential, n):
@@ -564,10 +627,12 @@ def _search_kernel(
                     score += weights[j] * (w - w / (one + np.float32(tfs[j, p]) * norm_cache[norms[d]]))
             if not alive:
                 continue
+            if score * _SLACK < cutoff:
+                continue
             if size < k or np.float32(score) > heap_scores[0]:  # a later document loses a tie
                 size = _heap_push(heap_scores, heap_docs, size, k, np.float32(score), d)
                 if size == k:
-                    cutoff = np.float64(heap_scores[0])
+                    cutoff = max(seeded, np.float64(heap_scores[0]))
                     while essential < n and below[essential + 1] * _SLACK < cutoff:
                         essential += 1
         # Pop worst-first into the tail: the row ends up best-first.
