@@ -42,7 +42,7 @@ except ImportError:  # pragma: no cover - depends on the install
 
 from searchenv.retrievers.analysis import EnglishAnalyzer
 from searchenv.retrievers.postings import BLOCK, decode_block, encode_terms
-from searchenv.types import Corpus
+from searchenv.types import Corpus, split_contents
 
 __all__ = [
     "DEFAULT_MERGE_POSTINGS",
@@ -50,6 +50,7 @@ __all__ = [
     "FORMAT_VERSION",
     "NativeEngine",
     "build_native_index",
+    "jsonl_search_texts",
     "lucene_length",
     "norm_byte",
 ]
@@ -304,6 +305,21 @@ def _segments(texts: Iterable[str], size: int) -> Iterator[list[str]]:
             segment = []
     if segment:
         yield segment
+
+
+def jsonl_search_texts(path: str | Path) -> Iterator[str]:
+    """The search texts of a corpus jsonl, streamed in file order: what :meth:`Corpus.search_text` gives for
+    ``Corpus.from_jsonl(path)``, without holding the corpus — for building a wiki-18-sized index."""
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                title, text = split_contents(row["contents"]) if "contents" in row else (row["title"], row["text"])
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+                raise ValueError(f"{path}:{line_no}: not a corpus row ({exc!r})") from None
+            yield f"{title}\n{text}"
 
 
 def build_native_index(

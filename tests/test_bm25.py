@@ -5,6 +5,7 @@ One Lucene index of union.jsonl is built per module and shared; the JVM starts o
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -315,3 +316,12 @@ def test_symbols_lucene_keeps_are_found_natively():
     corpus = Corpus.from_passages([Passage("a", "Music", "B♭ and C♮ notes"), Passage("b", "Tokyo", "東京 ÄÖÜ")])
     native = BM25Retriever(corpus, engine="native", show_progress=False)
     assert {p.id for p in native.search(["ÄÖÜ 東京 ♭ ♮"], k=3)[0]} == {"a", "b"}
+
+
+def test_jsonl_stream_gives_the_corpus_search_texts(tmp_path, shared_data):
+    from searchenv.retrievers.sparse import jsonl_search_texts
+
+    path = shared_data / "corpus" / "union.jsonl"
+    corpus = Corpus.from_jsonl(path)
+    first = list(itertools.islice(jsonl_search_texts(path), 500))
+    assert first == [corpus.search_text(i) for i in range(500)]
