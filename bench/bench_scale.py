@@ -192,6 +192,7 @@ def native_build(args: argparse.Namespace) -> dict:
         "offset_table_s": table_s,
         "build_s": time.perf_counter() - start,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,  # build processes
         "index_bytes": _size(args.work / "native-index"),
     }
 
