@@ -53,7 +53,7 @@ class CorpusStore:
             )
         stat = self.path.stat()
         self._stem = hashlib.sha256(str(self.path).encode()).hexdigest()[:16]
-        key = f"{self._stem}-{stat.st_size}-{stat.st_mtime_ns}"
+        self._key = key = f"{self._stem}-{stat.st_size}-{stat.st_mtime_ns}"
         self.table_path = cache_dir() / f"{key}.offsets.npy"
         meta_path = cache_dir() / f"{key}.json"
         if not (self.table_path.is_file() and meta_path.is_file()):
@@ -86,7 +86,8 @@ class CorpusStore:
         """One pass over the file: validate every row, record where each starts, hash the corpus.
 
         Both cache files are written under temporary names and renamed, so a concurrent reader sees either
-        no table or a whole one; older tables of the same path are removed.
+        no table or a whole one (processes opening the same new file at once each build it, harmlessly);
+        tables of older versions of the same path are removed.
         """
         from tqdm.auto import tqdm
 
@@ -111,7 +112,8 @@ class CorpusStore:
             raise ValueError(f"corpus file {self.path} holds no passages")
         meta_path.parent.mkdir(parents=True, exist_ok=True)
         for old in meta_path.parent.glob(f"{self._stem}-*"):
-            old.unlink(missing_ok=True)
+            if not old.name.startswith(f"{self._key}."):  # other versions only: a concurrent build of this one stays
+                old.unlink(missing_ok=True)
         suffix = f".{os.getpid()}.tmp"
         with open(f"{self.table_path}{suffix}", "wb") as out:
             np.save(out, np.frombuffer(starts, dtype=np.int64))

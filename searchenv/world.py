@@ -198,8 +198,8 @@ def write_world(
     """Generate a world straight to ``directory``, as :meth:`World.save` writes it, without holding its passages.
 
     Byte-identical to ``generate_world(...).save(directory)`` for the same arguments. The passages are
-    rendered and written a chunk at a time, so memory holds the fact tables and the draws (about 350 bytes
-    per passage) but no texts: 21M passages fit a 24 GB machine. ``corpus.jsonl`` is written under a
+    rendered and written a chunk at a time, so memory holds the names, the fact tables and the draws (about
+    300 bytes per passage, 348 MiB at 1M) but no texts. ``corpus.jsonl`` is written under a
     temporary name and renamed when complete, so an interrupted run never leaves a truncated corpus behind.
     """
     draft = _WorldDraft(*_check_sizes(num_passages, seed, num_questions))
