@@ -1,11 +1,14 @@
 """Embedded world generation: passages per second and peak memory at several sizes.
 
 Each size runs in a fresh Python process, so its peak RSS (``ru_maxrss``) is that size's alone. The peer in
-the same run is the cost of *loading* passages instead of generating them: ``Corpus.from_jsonl`` on the
-shared 19,637-passage wiki-18 union file. Wall time on a shared machine moves with the load; CPU time
-(``process_time``) is steadier, so both are reported.
+the same run is the cost of *loading* passages instead of generating them: ``Corpus.from_jsonl(...,
+in_memory=True)`` on the shared 19,637-passage wiki-18 union file. Wall time on a shared machine moves with
+the load; CPU time (``process_time``) is steadier, so both are reported.
 
-    python bench/bench_world.py [--sizes 20000,200000,1000000] [--seed 0]
+With ``--stream DIR`` each world is written to ``DIR/world-<size>`` by ``write_world`` (passages streamed to
+disk in bounded memory, the way a 21M-passage world is made) instead of built in memory.
+
+    python bench/bench_world.py [--sizes 20000,200000,1000000] [--seed 0] [--stream /work/cache]
 """
 
 from __future__ import annotations
@@ -24,18 +27,27 @@ UNION = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "corpus
 _CHILD = """
 import json, resource, sys, time
 from searchenv.types import Corpus
-from searchenv.world import generate_world
-size, seed, peer = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+from searchenv.world import generate_world, write_world
+size, seed, peer, stream = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 wall, cpu = time.perf_counter(), time.process_time()
-world = generate_world(size, seed=seed)  # a progress bar on stderr from 200,000 passages
+if stream:  # a progress bar on stderr from 200,000 passages
+    write_world(stream, size, seed=seed)
+else:
+    world = generate_world(size, seed=seed)
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-words = sum(text.count(" ") + 1 for text in world.corpus.texts) / size
-questions = len(world.questions)
-del world
+if stream:  # words over the first 100,000 passages, read back from the file
+    with open(f"{stream}/corpus.jsonl", encoding="utf-8") as handle:
+        texts = [json.loads(line)["contents"].partition("\\n")[2] for _, line in zip(range(100_000), handle)]
+    questions = sum(1 for name in ("train", "test") for _ in open(f"{stream}/{name}.jsonl"))
+else:
+    texts, questions = world.corpus.texts, len(world.questions)
+    del world
+words = sum(text.count(" ") + 1 for text in texts) / len(texts)
+del texts
 peer_cpu = time.process_time()
-peer_passages = len(Corpus.from_jsonl(peer)) if peer else 0
+peer_passages = len(Corpus.from_jsonl(peer, in_memory=True)) if peer else 0
 peer_cpu = time.process_time() - peer_cpu
 print(json.dumps({"size": size, "questions": questions, "wall": wall, "cpu": cpu,
                   "words": words, "base_rss_kb": base_rss, "peak_rss_kb": peak_rss,
@@ -43,13 +55,14 @@ print(json.dumps({"size": size, "questions": questions, "wall": wall, "cpu": cpu
 """
 
 
-def measure(size: int, seed: int, peer: Path | None) -> dict:
+def measure(size: int, seed: int, peer: Path | None, stream: Path | None) -> dict:
     """Generate one world of ``size`` passages in a child process and return its figures.
 
     The child's stderr is passed through, so its progress bar shows during the long sizes.
     """
+    target = "" if stream is None else str(stream / f"world-{size}")
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(size), str(seed), str(peer or "")],
+        [sys.executable, "-c", _CHILD, str(size), str(seed), str(peer or ""), target],
         stdout=subprocess.PIPE,
         text=True,
         check=True,
@@ -61,6 +74,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="20000,200000,1000000", help="comma-separated passage counts")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stream", type=Path, help="write each world under this directory with write_world")
     args = parser.parse_args()
     peer = UNION if UNION.is_file() else None
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}\n")
@@ -68,7 +82,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     peer_rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        r = measure(size, args.seed, peer)
+        r = measure(size, args.seed, peer, args.stream)
         print(
             f"| {size:,} | {r['questions']:,} | {r['wall']:.2f} | {size / r['wall']:,.0f} | {r['cpu']:.2f} "
             f"| {size / r['cpu']:,.0f} | {r['peak_rss_kb'] / 1024:,.0f} MiB | {r['words']:.1f} |",
@@ -77,12 +91,16 @@ def main() -> None:
         if r["peer_passages"]:
             peer_rows.append((size, size / r["cpu"], r["peer_passages"] / r["peer_cpu"]))
     if peer_rows:
-        print(f"\nPeer in the same child process: `Corpus.from_jsonl` on the real wiki-18 passages of {UNION.name}.\n")
+        print(
+            f"\nPeer in the same child process: `Corpus.from_jsonl(in_memory=True)` on the passages of {UNION.name}.\n"
+        )
         print("| passages | generated passages/s (CPU) | loaded passages/s (CPU) | generated / loaded |")
         print("|---|---|---|---|")
         for size, generated, loaded in peer_rows:
             print(f"| {size:,} | {generated:,.0f} | {loaded:,.0f} | {generated / loaded:.2f} |")
     print(f"\nRSS after imports, before generating: {r['base_rss_kb'] / 1024:,.0f} MiB")
+    if args.stream:
+        print("Worlds streamed to disk with write_world; mean words over the first 100,000 passages read back.")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ class _Build:
     b: float
     threads: int
     show_progress: bool
+    segment_docs: int | None  # None: the engine's default
 
 
 @dataclass(frozen=True)
@@ -70,18 +71,33 @@ def _package_version(name: str) -> str:
 
 
 def _native_spec() -> _EngineSpec:
-    def build(job: _Build, directory: Path | None) -> _Engine:
-        from searchenv.retrievers.sparse import NativeEngine
+    def build(job: _Build, directory: Path | None) -> _Engine | None:
+        import tempfile
 
-        engine = NativeEngine.build(job.corpus, job.k1, job.b, job.threads, job.show_progress)
-        if directory is not None:
-            engine.save(directory)
-        return engine
+        from searchenv.retrievers.sparse import DEFAULT_SEGMENT_DOCS, NativeEngine, build_native_index
+
+        scratch = None
+        if directory is None:
+            scratch = tempfile.TemporaryDirectory(prefix="searchenv-native-")
+        target = Path(scratch.name) if scratch else directory
+        build_native_index(
+            job.corpus,
+            target,
+            job.k1,
+            job.b,
+            workers=job.threads,
+            segment_docs=job.segment_docs or DEFAULT_SEGMENT_DOCS,
+            show_progress=job.show_progress,
+        )
+        return NativeEngine(target, job.threads, scratch=scratch) if scratch else None
 
     def load(job: _Build, directory: Path) -> _Engine:
         from searchenv.retrievers.sparse import NativeEngine
 
-        return NativeEngine.load(directory, len(job.corpus), job.threads)
+        engine = NativeEngine(directory, job.threads)
+        if engine.num_docs != len(job.corpus):
+            raise ValueError(f"native index {directory} holds {engine.num_docs} passages, the corpus {len(job.corpus)}")
+        return engine
 
     def version() -> str:
         from searchenv.retrievers.sparse import FORMAT_VERSION
@@ -187,6 +203,8 @@ class BM25Retriever:
             ``PROGRESS_MIN_PASSAGES`` passages, where a build takes long enough to be worth watching.
         threads: worker threads for building and batched search (default: all cores).
         rebuild: replace an existing index at ``index_dir`` whatever it was built from.
+        segment_docs: ``native`` only: passages analysed at once per build worker, which bounds build memory
+            (a few hundred MB per 100,000 passages and worker) whatever the corpus size.
     """
 
     name = "bm25"
@@ -201,6 +219,7 @@ class BM25Retriever:
         show_progress: bool | None = None,
         threads: int | None = None,
         rebuild: bool = False,
+        segment_docs: int | None = None,
     ):
         if engine not in _SPECS:
             raise ValueError(f"unknown BM25 engine {engine!r}; choose one of {', '.join(ENGINES)}")
@@ -216,7 +235,7 @@ class BM25Retriever:
         spec = _SPECS[engine]()
         if show_progress is None:
             show_progress = len(corpus) >= PROGRESS_MIN_PASSAGES
-        job = _Build(corpus, self.k1, self.b, self.threads, show_progress)
+        job = _Build(corpus, self.k1, self.b, self.threads, show_progress, segment_docs)
         if self.index_dir is None:
             self._engine = spec.build(job, None)
         else:

@@ -1,23 +1,34 @@
-"""``native``: a JVM-free BM25 engine — an impact-scored inverted index searched by a numba kernel.
+"""``native``: a JVM-free BM25 engine — compressed postings on disk, built in bounded memory, searched by numba.
 
-Why it is fast: every posting stores its final BM25 contribution
-(``idf · tf / (tf + k1 · (1 - b + b · dl / avgdl))``, computed once at build time), so a query is a sum of a few
-posting lists into an accumulator followed by a heap top-k over the documents it touched, and MaxScore pruning
-skips most of the long lists of common terms. The kernel keeps one accumulator per worker thread for the life
-of the engine and runs the queries of a batch in parallel threads (it releases the GIL).
+Building streams the passages in segments of ``segment_docs``: worker processes analyse a segment into
+term-major postings, which go to a scratch file; once every passage is seen (and so every idf and the average
+length are known) the segments are merged term range by term range into bit-packed blocks
+(:mod:`searchenv.retrievers.postings`) with each block's highest BM25 impact. Memory is bounded by the segment
+size and the merge range, not by the corpus: what grows with N is the vocabulary, one norm byte and one length
+per passage.
+
+Searching memory-maps the index. Per query, terms run from the highest score bound (rare terms) down, scoring
+postings into a dense accumulator (term-at-a-time); once the bounds of the terms left add up to less than the
+current ``k``-th best partial score, no untouched passage can still reach the top ``k``, and the remaining
+(long, common-term) lists are only probed for the surviving candidates, skipping every block that holds none
+(MaxScore with block skipping; results stay exact). Batches run in threads over the queries (the kernel releases
+the GIL).
 
 Why it agrees with Lucene: terms come from :class:`~searchenv.retrievers.analysis.EnglishAnalyzer` (a copy of
-Anserini's analyzer), document lengths are rounded through Lucene's one-byte norm encoding (``SmallFloat``), each
-term's score is computed in float32 in Lucene's operation order, and clause scores are summed in double — so
-scores usually equal Lucene's to the last bit. Ties go to the lower corpus position.
+Anserini's analyzer), document lengths are stored as Lucene's one-byte norm (``SmallFloat.intToByte4``), each
+term's score is computed in float32 in Lucene's operation order from the same 256-entry norm cache, and clause
+scores are summed in double — so scores usually equal Lucene's to the last bit. Ties go to the lower position.
 """
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import operator
-import threading
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from itertools import compress, repeat
 from pathlib import Path
 
@@ -30,15 +41,35 @@ except ImportError:  # pragma: no cover - depends on the install
     raise ImportError("the native BM25 engine needs numba: pip install 'searchenv[bm25]'") from None
 
 from searchenv.retrievers.analysis import EnglishAnalyzer
-from searchenv.types import Corpus
+from searchenv.retrievers.postings import BLOCK, decode_block, encode_terms
+from searchenv.types import Corpus, split_contents
 
-__all__ = ["FORMAT_VERSION", "NativeEngine", "lucene_length"]
+__all__ = [
+    "DEFAULT_MERGE_POSTINGS",
+    "DEFAULT_SEGMENT_DOCS",
+    "FORMAT_VERSION",
+    "NativeEngine",
+    "build_native_index",
+    "jsonl_search_texts",
+    "lucene_length",
+    "norm_byte",
+]
 
-FORMAT_VERSION = "searchenv-native-1"
-_CHUNK = 20_000  # passages analysed per vectorised step while building
+FORMAT_VERSION = "searchenv-native-2"
+#: Passages per build segment: with two workers, peak build memory is a few hundred MB per 100,000 passages.
+DEFAULT_SEGMENT_DOCS = 100_000
+#: Postings merged per step (about 14 bytes each while merging).
+DEFAULT_MERGE_POSTINGS = 16_000_000
+_ANALYSE_CHUNK = 20_000  # passages tokenised per vectorised step inside a segment
+_PARALLEL_MIN_DOCS = 50_000  # below this a worker pool costs more than it saves
+_FILES = ("idf", "norms", "norm_cache", "term_blocks", "term_max", "block_last", "block_offset", "block_max")
 
 
-def _int_to_4bit_float(value: np.ndarray) -> np.ndarray:
+# ------------------------------------------------------------------------------------------------ Lucene norms
+_FREE = 24  # SmallFloat.NUM_FREE_VALUES: lengths below it are stored exactly
+
+
+def _long_to_int4(value: np.ndarray) -> np.ndarray:
     """Lucene ``SmallFloat.longToInt4``: keep the 4 most significant bits and the shift."""
     value = value.astype(np.int64)
     bits = np.zeros_like(value)
@@ -49,38 +80,309 @@ def _int_to_4bit_float(value: np.ndarray) -> np.ndarray:
     return np.where(bits < 4, value, normal)
 
 
-def _4bit_float_to_int(encoded: np.ndarray) -> np.ndarray:
+def _int4_to_long(encoded: np.ndarray) -> np.ndarray:
     """Lucene ``SmallFloat.int4ToLong``."""
     mantissa = encoded & 0x07
     shift = (encoded >> 3) - 1
     return np.where(shift == -1, mantissa, (mantissa | 0x08) << np.maximum(shift, 0))
 
 
-_FREE = 24  # SmallFloat.NUM_FREE_VALUES: lengths below it are stored exactly
+def norm_byte(lengths: np.ndarray) -> np.ndarray:
+    """Lucene's one-byte norm of each document length (``SmallFloat.intToByte4``), as ``uint8``."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    encoded = np.where(lengths < _FREE, lengths, _FREE + _long_to_int4(np.maximum(lengths - _FREE, 0)))
+    return encoded.astype(np.uint8)
+
+
+def _norm_length(encoded: np.ndarray) -> np.ndarray:
+    """``SmallFloat.byte4ToInt``: the length a norm byte stands for."""
+    encoded = np.asarray(encoded, dtype=np.int64)
+    return np.where(encoded < _FREE, encoded, _FREE + _int4_to_long(np.maximum(encoded - _FREE, 0)))
 
 
 def lucene_length(lengths: np.ndarray) -> np.ndarray:
     """Document lengths as Lucene's BM25 sees them after its one-byte norm (``intToByte4`` then ``byte4ToInt``)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    rounded = _FREE + _4bit_float_to_int(_int_to_4bit_float(np.maximum(lengths - _FREE, 0)))
-    return np.where(lengths < _FREE, lengths, rounded)
+    return _norm_length(norm_byte(lengths))
+
+
+def _lucene_weights(doc_freq: np.ndarray, doc_count: int, total_length: int, k1: float, b: float):
+    """Per-term idf and the 256-entry ``1 / (k1 · (1 - b + b · dl / avgdl))`` cache, exactly as BM25Similarity.
+
+    Lucene computes idf in double and rounds it to float, and the norm cache in float arithmetic; doing the
+    same keeps scores bit-identical. Passages with no indexable term do not count in Lucene's ``docCount``.
+    """
+    doc_count = max(1, doc_count)
+    avgdl = np.float32(total_length / doc_count) if total_length else np.float32(1.0)
+    idf = np.log(1.0 + (doc_count - doc_freq + 0.5) / (doc_freq + 0.5)).astype(np.float32)
+    k1f, bf = np.float32(k1), np.float32(b)
+    decoded = _norm_length(np.arange(256)).astype(np.float32)
+    cache = np.float32(1.0) / (k1f * ((np.float32(1.0) - bf) + bf * decoded / avgdl))
+    return idf, cache.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------- building
+_worker_analyzer: EnglishAnalyzer | None = None
+
+
+def _analyse_segment(texts: list[str]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Postings of one segment with a vocabulary of its own: (terms, local doc, local term id, tf, lengths).
+
+    Runs in a worker process (its analyzer's memo lives as long as the worker). Rows are doc-major.
+    """
+    global _worker_analyzer
+    if _worker_analyzer is None:
+        _worker_analyzer = EnglishAnalyzer()
+    analyzer = _worker_analyzer
+    token_ids: dict[str, int] = {}  # raw token → local term id, -1 for stopwords
+    term_ids: dict[str, int] = {}
+    parts_docs, parts_terms, parts_tfs = [], [], []
+    lengths = np.zeros(len(texts), dtype=np.int32)
+    for lo in range(0, len(texts), _ANALYSE_CHUNK):
+        hi = min(len(texts), lo + _ANALYSE_CHUNK)
+        per_doc = np.empty(hi - lo, dtype=np.int64)
+        tokens: list[str] = []
+        for i in range(lo, hi):
+            doc_tokens = analyzer.tokens(texts[i])
+            per_doc[i - lo] = len(doc_tokens)
+            tokens.extend(doc_tokens)
+        ids = list(map(token_ids.get, tokens))  # one C-level pass; new tokens are analysed once below
+        if None in ids:
+            for token in dict.fromkeys(compress(tokens, map(operator.is_, ids, repeat(None)))):  # first-seen order
+                term = analyzer.term_of(token)
+                token_ids[token] = -1 if term is None else term_ids.setdefault(term, len(term_ids))
+            ids = list(map(token_ids.get, tokens))
+        term_arr = np.array(ids, dtype=np.int64)
+        doc_arr = np.repeat(np.arange(lo, hi, dtype=np.int64), per_doc)
+        kept = term_arr >= 0
+        term_arr, doc_arr = term_arr[kept], doc_arr[kept]
+        lengths[lo:hi] = np.bincount(doc_arr - lo, minlength=hi - lo)
+        keys, tfs = np.unique((doc_arr << 32) | term_arr, return_counts=True)
+        parts_docs.append((keys >> 32).astype(np.int32))
+        parts_terms.append((keys & 0xFFFFFFFF).astype(np.int32))
+        parts_tfs.append(tfs.astype(np.int32))
+    return list(term_ids), np.concatenate(parts_docs), np.concatenate(parts_terms), np.concatenate(parts_tfs), lengths
 
 
 @njit(cache=True)
-def _scatter_impacts(terms, docs, tfs, indptr, idf, norm_inverse, out_docs, out_impacts):  # pragma: no cover - jit
-    """Counting-sort (doc, term, tf) triples into term-major postings with float32 Lucene BM25 impacts."""
+def _scatter(keys, first_key, indptr, values_a, values_b, out_a, out_b):  # pragma: no cover - jit
+    """Stable counting sort of (a, b) pairs by ``keys - first_key`` into the slots ``indptr`` gives each key."""
     fill = indptr[:-1].copy()
-    one = np.float32(1.0)
-    for i in range(terms.shape[0]):
-        t = terms[i]
-        d = docs[i]
-        weight = idf[t]
-        p = fill[t]
-        out_docs[p] = d
-        out_impacts[p] = weight - weight / (one + np.float32(tfs[i]) * norm_inverse[d])
-        fill[t] = p + 1
+    for i in range(keys.shape[0]):
+        slot = keys[i] - first_key
+        p = fill[slot]
+        out_a[p] = values_a[i]
+        out_b[p] = values_b[i]
+        fill[slot] = p + 1
 
 
+class _SegmentWriter:
+    """Turns analysed segments into term-major scratch files with global term ids, and keeps the global counts."""
+
+    def __init__(self, scratch: Path):
+        self.scratch = scratch
+        self.term_ids: dict[str, int] = {}
+        self.doc_freq = np.zeros(0, dtype=np.int64)
+        self.lengths: list[np.ndarray] = []
+        self.segments: list[int] = []  # the first document of each
+
+    def add(self, analysed: tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+        vocabulary, docs, local_terms, tfs, lengths = analysed
+        setdefault = self.term_ids.setdefault
+        global_ids = np.fromiter((setdefault(t, len(self.term_ids)) for t in vocabulary), np.int64, len(vocabulary))
+        terms = global_ids[local_terms]
+        vocab_size = len(self.term_ids)
+        counts = np.bincount(terms, minlength=vocab_size)
+        indptr = np.zeros(vocab_size + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        out_docs = np.empty(len(docs), dtype=np.int32)
+        out_tfs = np.empty(len(docs), dtype=np.int32)
+        _scatter(terms, 0, indptr, docs, tfs, out_docs, out_tfs)
+        index = len(self.segments)
+        present = np.flatnonzero(counts)  # a segment's own terms only: its files do not grow with the vocabulary
+        np.save(self.scratch / f"seg{index}-terms.npy", present.astype(np.int32))
+        np.save(self.scratch / f"seg{index}-starts.npy", np.append(indptr[present], indptr[-1]))
+        np.save(self.scratch / f"seg{index}-docs.npy", out_docs)
+        np.save(self.scratch / f"seg{index}-tfs.npy", np.minimum(out_tfs, 65535).astype(np.uint16))
+        grown = np.zeros(vocab_size, dtype=np.int64)
+        grown[: len(self.doc_freq)] = self.doc_freq
+        self.doc_freq = grown + counts
+        self.segments.append(sum(len(x) for x in self.lengths))
+        self.lengths.append(lengths)
+
+    def merge(self, directory: Path, k1: float, b: float, merge_postings: int, show_progress: bool) -> None:
+        """Write the final index: idf and norms from the global counts, then bit-packed blocks term range by range."""
+        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int32)
+        vocab_size = len(self.term_ids)
+        idf, cache = _lucene_weights(
+            self.doc_freq, int(np.count_nonzero(lengths)), int(lengths.sum(dtype=np.int64)), k1, b
+        )
+        norms = norm_byte(lengths)
+        segments = [
+            tuple(
+                np.load(self.scratch / f"seg{i}-{part}.npy", mmap_mode="r")
+                for part in ("terms", "starts", "docs", "tfs")
+            )
+            for i in range(len(self.segments))
+        ]
+        total = int(self.doc_freq.sum())
+        term_blocks = np.zeros(vocab_size + 1, dtype=np.int64)
+        term_max = np.zeros(vocab_size, dtype=np.float32)
+        block_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        written = blocks = 0
+        progress = tqdm(total=total, desc="native: merging", unit="posting", disable=not show_progress)
+        with open(directory / "postings.bin", "wb") as postings:
+            t0 = 0
+            while t0 < vocab_size:
+                t1 = _term_range_end(self.doc_freq, t0, merge_postings)
+                chunk_indptr = np.zeros(t1 - t0 + 1, dtype=np.int64)
+                np.cumsum(self.doc_freq[t0:t1], out=chunk_indptr[1:])
+                docs, tfs = self._gather(segments, t0, t1, chunk_indptr)
+                nblocks = int(np.sum(-(-self.doc_freq[t0:t1] // BLOCK)))
+                out = np.empty(len(docs) * 6 + nblocks * 3 + 8, dtype=np.uint8)
+                last = np.empty(nblocks, np.int32)
+                offset = np.empty(nblocks, np.int64)
+                best = np.empty(nblocks, np.float32)
+                starts = np.empty(t1 - t0, np.int64)
+                size, count = encode_terms(
+                    chunk_indptr, docs, tfs, idf[t0:t1], norms, cache, out, last, offset, best, starts
+                )
+                postings.write(out[:size].tobytes())
+                block_parts.append((last[:count], offset[:count] + written, best[:count]))
+                term_blocks[t0:t1] = starts + blocks
+                term_max[t0:t1] = np.maximum.reduceat(best[:count], starts) if count else 0
+                written += size
+                blocks += count
+                progress.update(len(docs))
+                t0 = t1
+        progress.close()
+        term_blocks[vocab_size] = blocks
+        block_last, block_offset, block_max = (
+            np.concatenate([part[i] for part in block_parts]) if block_parts else np.zeros(0, dtype)
+            for i, dtype in enumerate((np.int32, np.int64, np.float32))
+        )
+        # Narrow indices where they fit (every index below 4 GB of postings and 2**31 blocks): smaller on disk.
+        block_offset = np.append(block_offset, written).astype(np.uint32 if written < 2**32 else np.int64)
+        term_blocks = term_blocks.astype(np.int32 if blocks < 2**31 else np.int64)
+        arrays = (idf, norms, cache, term_blocks, term_max, block_last, block_offset, block_max)
+        for name, array in zip(_FILES, arrays, strict=True):
+            np.save(directory / f"{name}.npy", array)
+        (directory / "terms.txt").write_text("\n".join(self.term_ids), encoding="utf-8")
+        meta = {"num_docs": len(lengths), "postings": total, "terms": vocab_size, "k1": k1, "b": b}
+        (directory / "native.json").write_text(json.dumps(meta), encoding="utf-8")
+
+    def _gather(self, segments, t0: int, t1: int, chunk_indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The postings of terms ``t0:t1`` from every segment, term-major with documents ascending."""
+        seg_docs, seg_tfs, seg_terms = [], [], []
+        for first_doc, (terms, starts, docs, tfs) in zip(self.segments, segments, strict=True):
+            a, z = np.searchsorted(terms, [t0, t1])
+            if z == a:
+                continue
+            lo, hi = int(starts[a]), int(starts[z])
+            seg_docs.append(docs[lo:hi] + np.int32(first_doc))
+            seg_tfs.append(np.asarray(tfs[lo:hi], dtype=np.int32))
+            seg_terms.append(np.repeat(np.asarray(terms[a:z], dtype=np.int64), np.diff(starts[a : z + 1])))
+        if not seg_docs:
+            return np.zeros(0, np.int32), np.zeros(0, np.int32)
+        terms = np.concatenate(seg_terms)
+        docs = np.empty(len(terms), np.int32)
+        tfs = np.empty(len(terms), np.int32)
+        _scatter(terms, t0, chunk_indptr, np.concatenate(seg_docs), np.concatenate(seg_tfs), docs, tfs)
+        return docs, tfs
+
+
+def _term_range_end(doc_freq: np.ndarray, t0: int, budget: int) -> int:
+    """The end of the longest term range from ``t0`` holding at most ``budget`` postings (at least one term)."""
+    cumulative = np.cumsum(doc_freq[t0 : t0 + max(1, budget)])
+    return t0 + max(1, int(np.searchsorted(cumulative, budget, side="right")))
+
+
+def _segments(texts: Iterable[str], size: int) -> Iterator[list[str]]:
+    segment: list[str] = []
+    for text in texts:
+        segment.append(text)
+        if len(segment) == size:
+            yield segment
+            segment = []
+    if segment:
+        yield segment
+
+
+def jsonl_search_texts(path: str | Path) -> Iterator[str]:
+    """The search texts of a corpus jsonl, streamed in file order: what :meth:`Corpus.search_text` gives for
+    ``Corpus.from_jsonl(path)``, without holding the corpus — for building a wiki-18-sized index."""
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                title, text = split_contents(row["contents"]) if "contents" in row else (row["title"], row["text"])
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+                raise ValueError(f"{path}:{line_no}: not a corpus row ({exc!r})") from None
+            yield f"{title}\n{text}"
+
+
+def build_native_index(
+    passages: Corpus | Iterable[str] | Iterable[tuple[str, str]],
+    directory: str | Path,
+    k1: float,
+    b: float,
+    workers: int = 1,
+    segment_docs: int = DEFAULT_SEGMENT_DOCS,
+    merge_postings: int = DEFAULT_MERGE_POSTINGS,
+    num_docs: int | None = None,
+    show_progress: bool = True,
+) -> int:
+    """Build a native index of ``passages`` into the (new or empty) ``directory``; returns the passage count.
+
+    ``passages`` is a :class:`~searchenv.types.Corpus` (its ``search_text``), or any iterable of search texts or
+    of ``(id, search_text)`` pairs, read once, in order: a hit's position is its place in that order. Memory is
+    bounded by ``segment_docs`` (passages analysed at once per worker) and ``merge_postings`` (postings merged
+    at once), whatever the corpus size; ``workers`` processes analyse segments in parallel. ``num_docs`` only
+    sizes the progress bar of an iterable. Scratch files live in ``directory`` and are removed at the end.
+    """
+    if segment_docs < 1 or merge_postings < 1:
+        raise ValueError(f"segment_docs and merge_postings must be positive, got {segment_docs}, {merge_postings}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if isinstance(passages, Corpus):
+        num_docs = len(passages)
+        texts: Iterable[str] = map(passages.search_text, range(len(passages)))
+    else:
+        texts = (p if isinstance(p, str) else p[1] for p in passages)
+    scratch = Path(tempfile.mkdtemp(prefix=".segments-", dir=directory))
+    try:
+        writer = _SegmentWriter(scratch)
+        progress = tqdm(total=num_docs, desc="native: indexing", unit="doc", disable=not show_progress)
+        parallel = workers > 1 and (num_docs is None or num_docs >= _PARALLEL_MIN_DOCS)
+        if parallel:
+            # fork: workers start at once and a script need no ``__main__`` guard; they only run Python and numpy,
+            # never a JVM or thread pool the parent may hold.
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            context = multiprocessing.get_context(method)
+            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+                pending: list[Future] = []
+                for segment in _segments(texts, segment_docs):
+                    pending.append(pool.submit(_analyse_segment, segment))
+                    del segment
+                    while len(pending) > workers:  # bounded read-ahead: memory does not grow with the corpus
+                        writer.add(pending.pop(0).result())
+                        progress.update(len(writer.lengths[-1]))
+                for job in pending:
+                    writer.add(job.result())
+                    progress.update(len(writer.lengths[-1]))
+        else:
+            for segment in _segments(texts, segment_docs):
+                writer.add(_analyse_segment(segment))
+                progress.update(len(segment))
+        progress.close()
+        writer.merge(directory, k1, b, merge_postings, show_progress)
+        return sum(len(x) for x in writer.lengths)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------------- searching
 @njit(cache=True)
 def _sift_down(scores, docs, i, size):  # pragma: no cover - jit
     """Restore a min-heap whose root is the *worst* hit: lowest score, then highest position."""
@@ -124,112 +426,231 @@ def _heap_push(scores, docs, size, k, s, d):  # pragma: no cover - jit
     return size
 
 
-@njit(cache=True)
-def _kth_best(acc, docs, count, k, heap_scores, heap_docs):  # pragma: no cover - jit
-    """The ``k``-th highest partial score among ``docs[:count]`` (a lower bound on the final top-k cut-off)."""
-    size = 0
-    for i in range(count):
-        size = _heap_push(heap_scores, heap_docs, size, k, np.float32(acc[docs[i]]), docs[i])
-    return np.float64(heap_scores[0])
-
-
-@njit(cache=True)
-def _gallop(post_docs, pos, hi, d):  # pragma: no cover - jit
-    """First index in ``post_docs[pos:hi]`` (sorted) whose value is >= ``d``."""
-    step = 1
-    while pos + step < hi and post_docs[pos + step] < d:
-        step *= 2
-    lo = pos + step // 2 if step > 1 else pos
-    top = min(pos + step, hi)
-    while lo < top:
-        mid = (lo + top) // 2
-        if post_docs[mid] < d:
-            lo = mid + 1
-        else:
-            top = mid
-    return lo
-
-
 _SLACK = 1.0 + 1e-6  # float rounding margin: prune only when a bound is clearly below the cut-off
+_END = 2**62  # the current document of an exhausted cursor
+_SEEDS = 64  # passages scored up front to start the cut-off high
 
 
 @njit(cache=True)
-def _prune(acc, docs, count, rest, cutoff):  # pragma: no cover - jit
-    """Keep (in order) the candidates in ``docs[:count]`` that the remaining terms could lift to ``cutoff``;
-    zero the accumulators of the others. Returns the new count."""
-    kept = 0
-    for c in range(count):
-        d = docs[c]
-        if (acc[d] + rest) * _SLACK >= cutoff:
-            docs[kept] = d
-            kept += 1
-        else:
-            acc[d] = 0.0
-    return kept
+def _seed_cutoff(
+    data, term_blocks, block_last, block_offset, idf, norms, norm_cache, terms, weights, k
+):  # pragma: no cover
+    """A lower bound on the final ``k``-th best score: the ``k``-th best exact score among the first passages of
+    the highest-bound terms (``terms`` ascending by bound). Starting the document-at-a-time walk with it makes
+    most common terms non-essential from the first document instead of after a long warm-up."""
+    docs = np.empty(BLOCK, np.int64)
+    tfs = np.empty(BLOCK, np.int64)
+    seeds = np.empty(_SEEDS + BLOCK, np.int64)
+    count = 0
+    for j in range(terms.shape[0] - 1, -1, -1):
+        blk, end = term_blocks[terms[j]], term_blocks[terms[j] + 1]
+        previous = -1
+        while blk < end and count < _SEEDS:
+            m = decode_block(data, block_offset[blk], previous, docs, tfs)
+            previous = docs[m - 1]
+            seeds[count : count + m] = docs[:m]
+            count += m
+            blk += 1
+        if count >= _SEEDS:
+            break
+    seeds = np.unique(seeds[:count])
+    if seeds.shape[0] < k:
+        return -1.0
+    scores = np.zeros(seeds.shape[0])
+    one = np.float32(1.0)
+    for j in range(terms.shape[0]):
+        t = terms[j]
+        w = idf[t]
+        blk, end = term_blocks[t], term_blocks[t + 1]
+        decoded = -1
+        m = 0
+        pos = 0
+        for c in range(seeds.shape[0]):
+            d = seeds[c]
+            while blk < end and block_last[blk] < d:
+                blk += 1
+            if blk >= end:
+                break
+            if decoded != blk:
+                m = decode_block(
+                    data, block_offset[blk], block_last[blk - 1] if blk > term_blocks[t] else -1, docs, tfs
+                )
+                decoded = blk
+                pos = 0
+            while docs[pos] < d:
+                pos += 1
+            if docs[pos] == d:
+                scores[c] += weights[j] * (w - w / (one + np.float32(tfs[pos]) * norm_cache[norms[d]]))
+    ranked = np.sort(scores.astype(np.float32))
+    return np.float64(ranked[ranked.shape[0] - k])
+
+
+@njit(cache=True, inline="always")
+def _load(
+    data, block_offset, block_last, term_start, j, blk, docs, tfs, counts, positions, current
+):  # pragma: no cover
+    """Decode block ``blk`` into cursor ``j``'s buffer and point the cursor at its first posting."""
+    previous = block_last[blk - 1] if blk > term_start[j] else -1
+    counts[j] = decode_block(data, block_offset[blk], previous, docs[j], tfs[j])
+    positions[j] = 0
+    current[j] = docs[j, 0]
 
 
 @njit(nogil=True, cache=True)
 def _search_kernel(
-    indptr, post_docs, impacts, max_impacts, qptr, qterms, qweights, k, acc, touched, start, step, out_docs, out_scores
+    data,
+    term_blocks,
+    block_last,
+    block_offset,
+    block_max,
+    idf,
+    norms,
+    norm_cache,
+    term_max,
+    qptr,
+    qterms,
+    qweights,
+    k,
+    start,
+    step,
+    out_docs,
+    out_scores,
 ):  # pragma: no cover - jit
-    """Exact top-``k`` for queries ``start, start + step, …`` with MaxScore-style pruning, using one accumulator.
+    """Exact top-``k`` for queries ``start, start + step, …``: document-at-a-time MaxScore over the block postings.
 
-    Terms run from the highest score bound (rare terms) down. Once the bounds of the remaining terms add up to
-    less than the current ``k``-th best partial score, no untouched passage can still enter the top ``k``: the
-    remaining (long, common-term) posting lists are then only probed, by galloping search, for the few
-    candidates that can still make it. ``acc`` is left all-zero for the next call. Runs without the GIL, so
-    one Python thread per worker gives parallel batches.
+    Terms are ordered by their score bound. Once ``k`` hits are held, the terms whose bounds add up to less than
+    the ``k``-th best score are *non-essential*: a passage that has none of the other (essential) terms cannot
+    enter the top ``k``, so only the essential lists are walked, and the non-essential ones are probed for each
+    candidate — skipping whole blocks by their last document, and giving up on a candidate as soon as its score
+    so far plus what the remaining terms (by their block maxima) could add falls below the cut-off. The rare
+    terms of a question are essential and the long lists of common words mostly are not, so most of the long
+    lists is never decoded.
     """
     num_queries = qptr.shape[0] - 1
     heap_scores = np.empty(k, np.float32)
     heap_docs = np.empty(k, np.int64)
+    one = np.float32(1.0)
     for q in range(start, num_queries, step):
-        first, nterms = qptr[q], qptr[q + 1] - qptr[q]
-        bounds = np.empty(nterms)
-        for j in range(nterms):
-            bounds[j] = qweights[first + j] * max_impacts[qterms[first + j]]
-        order = np.argsort(-bounds)
-        rest = np.zeros(nterms + 1)  # rest[i]: the most terms order[i:] can add to any passage
-        for i in range(nterms - 1, -1, -1):
-            rest[i] = rest[i + 1] + bounds[order[i]]
-        count = 0
-        cutoff = -1.0
-        i = 0
-        while i < nterms and not (count >= k and rest[i] * _SLACK < cutoff):
-            t = qterms[first + order[i]]
-            weight = qweights[first + order[i]]
-            for p in range(indptr[t], indptr[t + 1]):
-                d = post_docs[p]
-                if acc[d] == 0.0:
-                    touched[count] = d
-                    count += 1
-                acc[d] += weight * impacts[p]
-            i += 1
-            # The cut-off can only prune once the terms left could add less than the terms done.
-            if count >= k and i < nterms and rest[i] < rest[0] - rest[i]:
-                cutoff = _kth_best(acc, touched, count, k, heap_scores, heap_docs)
-        if i < nterms:
-            count = _prune(acc, touched, count, rest[i], cutoff)
-            touched[:count].sort()  # ascending, for galloping through the remaining posting lists
-            for ii in range(i, nterms):
-                t = qterms[first + order[ii]]
-                weight = qweights[first + order[ii]]
-                pos, hi = indptr[t], indptr[t + 1]
-                for c in range(count):
-                    d = touched[c]
-                    pos = _gallop(post_docs, pos, hi, d)
-                    if pos >= hi:
-                        break
-                    if post_docs[pos] == d:
-                        acc[d] += weight * impacts[pos]
-                if ii + 1 < nterms and count > k:  # scores grew: raise the cut-off, drop hopeless candidates
-                    cutoff = _kth_best(acc, touched, count, k, heap_scores, heap_docs)
-                    count = _prune(acc, touched, count, rest[ii + 1], cutoff)
+        first, n = qptr[q], qptr[q + 1] - qptr[q]
+        if n == 0:
+            continue
+        bounds = np.empty(n)
+        for j in range(n):
+            bounds[j] = qweights[first + j] * term_max[qterms[first + j]]
+        order = np.argsort(bounds)  # ascending: cursor j has the j-th smallest bound
+        terms = np.empty(n, np.int64)
+        weights = np.empty(n)
+        below = np.zeros(n + 1)  # below[j]: the most cursors 0..j-1 together can add
+        for j in range(n):
+            terms[j] = qterms[first + order[j]]
+            weights[j] = qweights[first + order[j]]
+            below[j + 1] = below[j] + bounds[order[j]]
+        term_start = np.empty(n, np.int64)
+        block = np.empty(n, np.int64)
+        block_end = np.empty(n, np.int64)
+        docs = np.empty((n, BLOCK), np.int64)
+        tfs = np.empty((n, BLOCK), np.int64)
+        counts = np.zeros(n, np.int64)
+        positions = np.zeros(n, np.int64)
+        current = np.empty(n, np.int64)
+        for j in range(n):
+            term_start[j] = term_blocks[terms[j]]
+            block[j] = term_start[j]
+            block_end[j] = term_blocks[terms[j] + 1]
+            _load(data, block_offset, block_last, term_start, j, block[j], docs, tfs, counts, positions, current)
         size = 0
-        for c in range(count):
-            d = touched[c]
-            size = _heap_push(heap_scores, heap_docs, size, k, np.float32(acc[d]), d)
-            acc[d] = 0.0
+        seeded = _seed_cutoff(data, term_blocks, block_last, block_offset, idf, norms, norm_cache, terms, weights, k)
+        cutoff = seeded
+        essential = 0  # cursors essential..n-1 are essential
+        while essential < n and below[essential + 1] * _SLACK < cutoff:
+            essential += 1
+        while True:
+            d = _END
+            for j in range(essential, n):
+                d = min(d, current[j])
+            if d == _END:
+                break
+            score = 0.0
+            for j in range(essential, n):
+                if current[j] == d:
+                    p = positions[j]
+                    w = idf[terms[j]]
+                    score += weights[j] * (w - w / (one + np.float32(tfs[j, p]) * norm_cache[norms[d]]))
+                    if p + 1 < counts[j]:
+                        positions[j] = p + 1
+                        current[j] = docs[j, p + 1]
+                    elif block[j] + 1 < block_end[j]:
+                        block[j] += 1
+                        _load(
+                            data,
+                            block_offset,
+                            block_last,
+                            term_start,
+                            j,
+                            block[j],
+                            docs,
+                            tfs,
+                            counts,
+                            positions,
+                            current,
+                        )
+                    else:
+                        current[j] = _END
+            alive = True
+            for j in range(essential - 1, -1, -1):
+                if (score + below[j + 1]) * _SLACK < cutoff:
+                    alive = False
+                    break
+                if current[j] < d:  # advance cursor j to its first posting >= d
+                    if block_last[block[j]] < d:
+                        blk = block[j] + 1
+                        while blk < block_end[j] and block_last[blk] < d:
+                            blk += 1
+                        if blk == block_end[j]:
+                            block[j] = blk - 1
+                            current[j] = _END
+                            continue
+                        block[j] = blk
+                        # The block holding d (if it does) cannot lift the candidate enough: drop it undecoded.
+                        if (score + weights[j] * block_max[blk] + below[j]) * _SLACK < cutoff:
+                            current[j] = -1  # not decoded: the next probe decodes it
+                            positions[j] = -1
+                            alive = False
+                            break
+                        _load(data, block_offset, block_last, term_start, j, blk, docs, tfs, counts, positions, current)
+                    elif positions[j] < 0:  # the block was skipped undecoded above
+                        _load(
+                            data,
+                            block_offset,
+                            block_last,
+                            term_start,
+                            j,
+                            block[j],
+                            docs,
+                            tfs,
+                            counts,
+                            positions,
+                            current,
+                        )
+                    p = positions[j]
+                    while docs[j, p] < d:
+                        p += 1
+                    positions[j] = p
+                    current[j] = docs[j, p]
+                if current[j] == d:
+                    w = idf[terms[j]]
+                    p = positions[j]
+                    score += weights[j] * (w - w / (one + np.float32(tfs[j, p]) * norm_cache[norms[d]]))
+            if not alive:
+                continue
+            if score * _SLACK < cutoff:
+                continue
+            if size < k or np.float32(score) > heap_scores[0]:  # a later document loses a tie
+                size = _heap_push(heap_scores, heap_docs, size, k, np.float32(score), d)
+                if size == k:
+                    cutoff = max(seeded, np.float64(heap_scores[0]))
+                    while essential < n and below[essential + 1] * _SLACK < cutoff:
+                        essential += 1
         # Pop worst-first into the tail: the row ends up best-first.
         for r in range(size - 1, -1, -1):
             out_scores[q, r] = heap_scores[0]
@@ -239,109 +660,47 @@ def _search_kernel(
             _sift_down(heap_scores, heap_docs, 0, r)
 
 
-@njit(cache=True)
-def _max_per_term(indptr, impacts):  # pragma: no cover - jit
-    out = np.zeros(indptr.shape[0] - 1, np.float32)
-    for t in range(out.shape[0]):
-        for p in range(indptr[t], indptr[t + 1]):
-            out[t] = max(out[t], impacts[p])
-    return out
-
-
 class NativeEngine:
-    """The ``native`` engine: build from a corpus or load from a directory, then :meth:`search` batches."""
+    """The ``native`` engine over an index directory written by :func:`build_native_index` (memory-mapped)."""
 
-    _FILES = ("indptr.npy", "docs.npy", "impacts.npy", "max_impacts.npy")
-
-    def __init__(
-        self,
-        vocabulary: list[str],
-        indptr: np.ndarray,
-        docs: np.ndarray,
-        impacts: np.ndarray,
-        max_impacts: np.ndarray,
-        num_docs: int,
-        threads: int,
-    ):
+    def __init__(self, directory: Path, threads: int, scratch: tempfile.TemporaryDirectory | None = None):
+        meta_path = directory / "native.json"
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r") for name in _FILES}
+            data = np.memmap(directory / "postings.bin", dtype=np.uint8, mode="r")
+            text = (directory / "terms.txt").read_text(encoding="utf-8")
+        except (OSError, ValueError) as exc:
+            raise ValueError(
+                f"{directory} is not a complete native BM25 index ({exc}); delete it (or pass rebuild=True) and "
+                "build it again"
+            ) from None
+        self.vocabulary = text.split("\n") if text else []
+        self.num_docs = int(meta["num_docs"])
+        consistent = (
+            len(self.vocabulary) == meta["terms"] == len(arrays["idf"]) == len(arrays["term_blocks"]) - 1
+            and len(arrays["norms"]) == self.num_docs
+            and int(arrays["block_offset"][-1]) == len(data)
+        )
+        if not consistent:
+            raise ValueError(f"{directory} holds a corrupt native BM25 index (its files disagree in size); rebuild it")
         self.analyzer = EnglishAnalyzer()
-        self.vocabulary = vocabulary
-        self._term_ids = {term: i for i, term in enumerate(vocabulary)}
-        self.indptr, self.docs, self.impacts, self.max_impacts = indptr, docs, impacts, max_impacts
-        self.num_docs = int(num_docs)
+        self._term_ids = {term: i for i, term in enumerate(self.vocabulary)}
+        self._arrays = (
+            data,
+            arrays["term_blocks"],
+            arrays["block_last"],
+            arrays["block_offset"],
+            arrays["block_max"],
+            arrays["idf"],
+            arrays["norms"],
+            arrays["norm_cache"],
+            arrays["term_max"],
+        )
         self.threads = max(1, int(threads))
+        self.scratch = scratch  # the temporary directory of an in-memory build, removed with the engine
         self._pool: ThreadPoolExecutor | None = None
-        self._buffers: tuple[np.ndarray, np.ndarray] | None = None
-        self._lock = threading.Lock()
 
-    # ----------------------------------------------------------------------------------------------- building
-    @classmethod
-    def build(cls, corpus: Corpus, k1: float, b: float, threads: int, show_progress: bool = True) -> NativeEngine:
-        """Analyse the corpus in chunks and assemble term-major postings with BM25 impacts."""
-        analyzer = EnglishAnalyzer()
-        token_ids: dict[str, int] = {}  # raw token → term id, -1 for stopwords
-        term_ids: dict[str, int] = {}
-        parts_docs, parts_terms, parts_tfs = [], [], []
-        lengths = np.zeros(len(corpus), dtype=np.int64)
-        progress = tqdm(total=len(corpus), desc="native: indexing", unit="doc", disable=not show_progress)
-        for lo in range(0, len(corpus), _CHUNK):
-            hi = min(len(corpus), lo + _CHUNK)
-            tokens: list[str] = []
-            per_doc = np.empty(hi - lo, dtype=np.int64)
-            for i in range(lo, hi):
-                doc_tokens = analyzer.tokens(corpus.search_text(i))
-                per_doc[i - lo] = len(doc_tokens)
-                tokens.extend(doc_tokens)
-            ids = list(map(token_ids.get, tokens))
-            if None in ids:
-                for token in set(compress(tokens, map(operator.is_, ids, repeat(None)))):
-                    term = analyzer.term_of(token)
-                    token_ids[token] = -1 if term is None else term_ids.setdefault(term, len(term_ids))
-                ids = list(map(token_ids.get, tokens))
-            term_arr = np.array(ids, dtype=np.int64)
-            doc_arr = np.repeat(np.arange(lo, hi, dtype=np.int64), per_doc)
-            kept = term_arr >= 0
-            term_arr, doc_arr = term_arr[kept], doc_arr[kept]
-            lengths[lo:hi] = np.bincount(doc_arr - lo, minlength=hi - lo)
-            keys, tfs = np.unique((doc_arr << 32) | term_arr, return_counts=True)
-            parts_docs.append((keys >> 32).astype(np.int32))
-            parts_terms.append((keys & 0xFFFFFFFF).astype(np.int32))
-            parts_tfs.append(tfs.astype(np.int32))
-            progress.update(hi - lo)
-        progress.close()
-        docs = np.concatenate(parts_docs)
-        terms = np.concatenate(parts_terms)
-        tfs = np.concatenate(parts_tfs)
-        del parts_docs, parts_terms, parts_tfs
-        vocabulary = list(term_ids)
-        doc_freq = np.bincount(terms, minlength=len(vocabulary))
-        indptr = np.zeros(len(vocabulary) + 1, dtype=np.int64)
-        np.cumsum(doc_freq, out=indptr[1:])
-        idf, norm_inverse = _lucene_weights(doc_freq, lengths, k1, b)
-        out_docs = np.empty(len(docs), dtype=np.int32)
-        impacts = np.empty(len(docs), dtype=np.float32)
-        _scatter_impacts(terms, docs, tfs, indptr, idf, norm_inverse, out_docs, impacts)
-        max_impacts = _max_per_term(indptr, impacts)
-        return cls(vocabulary, indptr, out_docs, impacts, max_impacts, len(corpus), threads)
-
-    def save(self, directory: Path) -> None:
-        arrays = (self.indptr, self.docs, self.impacts, self.max_impacts)
-        for name, array in zip(self._FILES, arrays, strict=True):
-            np.save(directory / name, array)
-        (directory / "terms.txt").write_text("\n".join(self.vocabulary), encoding="utf-8")
-
-    @classmethod
-    def load(cls, directory: Path, num_docs: int, threads: int) -> NativeEngine:
-        """Memory-map the postings, so reloading takes well under a second even at a million passages.
-
-        Copy-on-write mode gives the same (writable) array type as a fresh build, so numba compiles the search
-        kernel once rather than again for read-only arrays; nothing is ever written to them.
-        """
-        arrays = [np.load(directory / name, mmap_mode="c") for name in cls._FILES]
-        text = (directory / "terms.txt").read_text(encoding="utf-8")
-        vocabulary = text.split("\n") if text else []
-        return cls(vocabulary, *arrays, num_docs=num_docs, threads=threads)
-
-    # ---------------------------------------------------------------------------------------------- searching
     def _query_terms(self, query: str) -> dict[int, float]:
         weights: dict[int, float] = {}
         for term in self.analyzer.analyze(query):
@@ -364,57 +723,25 @@ class NativeEngine:
         out_docs = np.full((len(queries), k), -1, dtype=np.int64)
         out_scores = np.zeros((len(queries), k), dtype=np.float32)
         workers = max(1, min(self.threads, len(queries)))
-        arrays = (
-            self.indptr,
-            self.docs,
-            self.impacts,
-            self.max_impacts,
+        arguments = (
+            *self._arrays,
             np.asarray(qptr, dtype=np.int64),
             np.asarray(qterms, dtype=np.int64),
             np.asarray(qweights, dtype=np.float64),
             k,
         )
-        with self._lock:  # the accumulators are shared state
-            acc, touched = self._work_buffers(workers)
-            if workers == 1:
-                _search_kernel(*arrays, acc[0], touched[0], 0, 1, out_docs, out_scores)
-            else:
-                jobs = [
-                    self._pool.submit(_search_kernel, *arrays, acc[w], touched[w], w, workers, out_docs, out_scores)
-                    for w in range(workers)
-                ]
-                for job in jobs:
-                    job.result()
+        if workers == 1:
+            _search_kernel(*arguments, 0, 1, out_docs, out_scores)
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="bm25-native")
+            jobs = [
+                self._pool.submit(_search_kernel, *arguments, w, workers, out_docs, out_scores) for w in range(workers)
+            ]
+            for job in jobs:
+                job.result()
         results = []
         for row_docs, row_scores in zip(out_docs, out_scores, strict=True):
             found = row_docs >= 0
             results.append((row_docs[found], row_scores[found]))
         return results
-
-    def _work_buffers(self, workers: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per-worker accumulators, allocated once: zeroing a corpus-sized array per query would cost more than
-        the query itself at a million passages."""
-        if self._buffers is None or self._buffers[0].shape[0] < workers:
-            if workers > 1 and self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="bm25-native")
-            self._buffers = (
-                np.zeros((workers, self.num_docs), dtype=np.float64),
-                np.empty((workers, self.num_docs), dtype=np.int32),
-            )
-        acc, touched = self._buffers
-        return acc[:workers], touched[:workers]
-
-
-def _lucene_weights(doc_freq: np.ndarray, lengths: np.ndarray, k1: float, b: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per-term idf and per-document ``1 / (k1 · (1 - b + b · dl / avgdl))`` exactly as Lucene's BM25Similarity.
-
-    Lucene computes idf in double and rounds it to float, and the norm cache in float arithmetic; doing the
-    same keeps scores bit-identical. Passages with no indexable term do not count in Lucene's ``docCount``.
-    """
-    doc_count = max(1, int(np.count_nonzero(lengths)))
-    avgdl = np.float32(lengths.sum() / doc_count) if lengths.sum() else np.float32(1.0)
-    idf = np.log(1.0 + (doc_count - doc_freq + 0.5) / (doc_freq + 0.5)).astype(np.float32)
-    k1f, bf = np.float32(k1), np.float32(b)
-    decoded = lucene_length(lengths).astype(np.float32)
-    norm_inverse = np.float32(1.0) / (k1f * ((np.float32(1.0) - bf) + bf * decoded / avgdl))
-    return idf, norm_inverse.astype(np.float32)

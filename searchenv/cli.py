@@ -105,11 +105,11 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_world(args: argparse.Namespace) -> int:
-    from searchenv.world import generate_world
+    from searchenv.world import SPLITS, write_world
 
-    world = generate_world(args.passages, seed=args.seed)
-    world.save(args.output)
-    print(f"wrote {len(world.corpus)} passages and {len(world.questions)} questions to {args.output}")
+    directory = write_world(args.output, args.passages, seed=args.seed)  # streamed: bounded memory at 21M too
+    questions = sum(len((directory / f"{split}.jsonl").read_text().splitlines()) for split in SPLITS)
+    print(f"wrote {args.passages} passages and {questions} questions to {args.output}")
     return 0
 
 

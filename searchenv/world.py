@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -26,14 +27,14 @@ from pathlib import Path
 import numpy as np
 
 from searchenv import world_vocab as vocab
-from searchenv.types import Corpus, QAExample
+from searchenv.types import Corpus, QAExample, corpus_line
 from searchenv.world_facts import ENTITY_KINDS, Facts, build_facts
-from searchenv.world_passages import render_texts
+from searchenv.world_passages import draw_passages
 
-__all__ = ["DEFAULT_WORLD", "MIN_PASSAGES", "SPLITS", "World", "default_world", "generate_world"]
+__all__ = ["DEFAULT_WORLD", "MIN_PASSAGES", "SPLITS", "World", "default_world", "generate_world", "write_world"]
 
 MIN_PASSAGES = 100
-MAX_PASSAGES = 5_000_000  # the invented-name space holds about this many entities
+MAX_PASSAGES = 30_000_000  # wiki-18 holds 21M; beyond this the fact tables alone outgrow a 24 GB machine
 SPLITS = ("train", "test")
 TEST_SHARE = 0.1
 HOP_WEIGHTS = {1: 0.2, 2: 0.35, 3: 0.3, 4: 0.15}
@@ -95,16 +96,7 @@ class World:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.corpus.to_jsonl(directory / "corpus.jsonl")
-        for split in SPLITS:
-            with (directory / f"{split}.jsonl").open("w", encoding="utf-8") as handle:
-                for q in self.dataset(split):
-                    row = {
-                        "id": q.id,
-                        "question": q.question,
-                        "golden_answers": list(q.golden_answers),
-                        "metadata": dict(q.metadata),
-                    }
-                    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        _write_questions(directory, self.questions)
         return directory
 
 
@@ -120,16 +112,8 @@ def _check_int(name: str, value: object, minimum: int, maximum: int, fix: str) -
     return int(value)
 
 
-def generate_world(
-    num_passages: int, seed: int = 0, num_questions: int | None = None, *, progress: bool | None = None
-) -> World:
-    """Generate a world of exactly ``num_passages`` passages (one per entity) and its questions.
-
-    The same arguments give byte-identical passages and questions in any process: every draw comes from
-    one ``numpy.random.Generator`` in a fixed order.
-    ``num_questions`` defaults to a quarter of the passages, at most 50,000; 10% of them form the test split.
-    ``progress`` shows a tqdm bar (default: only from 200,000 passages).
-    """
+def _check_sizes(num_passages: object, seed: object, num_questions: object) -> tuple[int, int, int]:
+    """Validated ``(num_passages, seed, num_questions)``; ``num_questions=None`` becomes the default."""
     num_passages = _check_int("num_passages", num_passages, MIN_PASSAGES, MAX_PASSAGES, "pass e.g. num_passages=2000")
     seed = _check_int("seed", seed, 0, 2**63 - 1, "pass a non-negative integer seed such as 0")
     if num_questions is None:
@@ -137,27 +121,113 @@ def generate_world(
     num_questions = _check_int(
         "num_questions", num_questions, 2, 2 * num_passages, "ask for at most two questions per passage"
     )
-    from tqdm.auto import tqdm
+    return num_passages, seed, num_questions
 
-    rng = np.random.default_rng(seed)
-    facts = build_facts(num_passages, rng)
-    show = num_passages >= 200_000 if progress is None else progress
-    with tqdm(total=num_passages, desc="world passages", unit="passage", disable=not show) as bar:
-        texts = [text for kind in ENTITY_KINDS for text in render_texts(facts, kind, rng, bar)]
-    titles = [name for kind in ENTITY_KINDS for name in facts.names(kind)]
-    # Interleave the kinds so a passage id says nothing about what the passage is about.
-    order = rng.permutation(num_passages)
-    position = np.empty(num_passages, dtype=np.int64)
-    position[order] = np.arange(num_passages)
-    corpus = Corpus(
-        [str(i) for i in range(num_passages)],
-        [titles[g] for g in order.tolist()],
-        [texts[g] for g in order.tolist()],
-        source=f"searchenv-world(num_passages={num_passages}, seed={seed})",
-    )
-    del texts
-    sampler = _QuestionSampler(facts, position, rng)
-    return World(corpus, sampler.questions(num_questions), num_passages, seed)
+
+class _WorldDraft:
+    """Every random draw of a world, made; passage texts rendered on demand, a chunk of positions at a time.
+
+    All draws come from one ``numpy.random.Generator`` in a fixed order (facts, each kind's passage draws,
+    the interleaving permutation, the questions), so the in-memory and the streamed worlds are the same
+    world: they differ only in where the rendered rows go.
+    """
+
+    def __init__(self, num_passages: int, seed: int, num_questions: int):
+        rng = np.random.default_rng(seed)
+        self.num_passages, self.seed = num_passages, seed
+        self.facts = build_facts(num_passages, rng)
+        self._passages = [draw_passages(self.facts, kind, rng) for kind in ENTITY_KINDS]
+        self._names = [self.facts.names(kind) for kind in ENTITY_KINDS]
+        self._offsets = np.cumsum([0] + [len(names) for names in self._names])
+        # Interleave the kinds so a passage id says nothing about what the passage is about.
+        self._order = rng.permutation(num_passages)
+        position = np.empty(num_passages, dtype=np.int64)
+        position[self._order] = np.arange(num_passages)
+        self.questions = _QuestionSampler(self.facts, position, rng).questions(num_questions)
+
+    @property
+    def source(self) -> str:
+        return f"searchenv-world(num_passages={self.num_passages}, seed={self.seed})"
+
+    def rows(self, progress: bool, chunk: int = 1 << 16) -> Iterator[tuple[str, str, str]]:
+        """``(id, title, text)`` of every passage in id order; memory is bounded by ``chunk``, not the world."""
+        from tqdm.auto import tqdm
+
+        with tqdm(total=self.num_passages, desc="world passages", unit="passage", disable=not progress) as bar:
+            for begin in range(0, self.num_passages, chunk):
+                entities = self._order[begin : begin + chunk]
+                kinds = np.searchsorted(self._offsets, entities, side="right") - 1
+                titles: list[str] = [""] * len(entities)
+                texts: list[str] = [""] * len(entities)
+                for k, passages in enumerate(self._passages):
+                    slots = np.flatnonzero(kinds == k)
+                    index = entities[slots] - self._offsets[k]
+                    names = self._names[k]
+                    for slot, i, text in zip(slots.tolist(), index.tolist(), passages.render(index), strict=True):
+                        titles[slot], texts[slot] = names[i], text
+                yield from zip(map(str, range(begin, begin + len(entities))), titles, texts)
+                bar.update(len(entities))
+
+
+def generate_world(
+    num_passages: int, seed: int = 0, num_questions: int | None = None, *, progress: bool | None = None
+) -> World:
+    """Generate a world of exactly ``num_passages`` passages (one per entity) and its questions, in memory.
+
+    The same arguments give byte-identical passages and questions in any process: every draw comes from
+    one ``numpy.random.Generator`` in a fixed order.
+    ``num_questions`` defaults to a quarter of the passages, at most 50,000; 10% of them form the test split.
+    ``progress`` shows a tqdm bar (default: only from 200,000 passages). Worlds beyond a few million
+    passages belong on disk: :func:`write_world` streams the same world there in bounded memory.
+    """
+    draft = _WorldDraft(*_check_sizes(num_passages, seed, num_questions))
+    show = draft.num_passages >= 200_000 if progress is None else progress
+    ids, titles, texts = (list(column) for column in zip(*draft.rows(show), strict=True))
+    corpus = Corpus(ids, titles, texts, source=draft.source)
+    return World(corpus, draft.questions, draft.num_passages, draft.seed)
+
+
+def write_world(
+    directory: str | os.PathLike[str],
+    num_passages: int,
+    seed: int = 0,
+    num_questions: int | None = None,
+    *,
+    progress: bool | None = None,
+) -> Path:
+    """Generate a world straight to ``directory``, as :meth:`World.save` writes it, without holding its passages.
+
+    Byte-identical to ``generate_world(...).save(directory)`` for the same arguments. The passages are
+    rendered and written a chunk at a time, so memory holds the names, the fact tables and the draws (about
+    300 bytes per passage, 348 MiB at 1M) but no texts. ``corpus.jsonl`` is written under a
+    temporary name and renamed when complete, so an interrupted run never leaves a truncated corpus behind.
+    """
+    draft = _WorldDraft(*_check_sizes(num_passages, seed, num_questions))
+    show = draft.num_passages >= 200_000 if progress is None else progress
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    partial = directory / "corpus.jsonl.partial"
+    with partial.open("w", encoding="utf-8") as handle:
+        handle.writelines(corpus_line(*row) for row in draft.rows(show))
+    partial.replace(directory / "corpus.jsonl")
+    _write_questions(directory, draft.questions)
+    return directory
+
+
+def _write_questions(directory: Path, questions: list[QAExample]) -> None:
+    """``train.jsonl`` and ``test.jsonl``: FlashRAG rows with the world's metadata."""
+    for split in SPLITS:
+        with (directory / f"{split}.jsonl").open("w", encoding="utf-8") as handle:
+            for q in questions:
+                if q.metadata["split"] != split:
+                    continue
+                row = {
+                    "id": q.id,
+                    "question": q.question,
+                    "golden_answers": list(q.golden_answers),
+                    "metadata": dict(q.metadata),
+                }
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def _relation_paths() -> dict[int, list[tuple[_Relation, ...]]]:
@@ -175,11 +245,12 @@ class _QuestionSampler:
         self._facts = facts
         self._rng = rng
         self._paths = _relation_paths()
-        self._objects = {r.name: getattr(facts, r.column).tolist() for r in RELATIONS}
+        # numpy arrays, not lists: at 21M entities the lists would cost gigabytes; ints are taken per hop.
+        self._objects = {r.name: getattr(facts, r.column) for r in RELATIONS}
         self._names = {kind: facts.names(kind) for kind in ENTITY_KINDS}
         offsets = np.cumsum([0] + [len(facts.names(kind)) for kind in ENTITY_KINDS])
         self._offset = dict(zip(ENTITY_KINDS, offsets.tolist(), strict=False))
-        self._position = position.tolist()
+        self._position = position
         self._seen: set[tuple] = set()
 
     def questions(self, count: int) -> list[QAExample]:
@@ -230,12 +301,12 @@ class _QuestionSampler:
         kind, index = path[0].subject, start
         visited, chain, hop_answers, facts = [(kind, index)], [], [], []
         for relation in path:
-            target = self._objects[relation.name][index]
+            target = int(self._objects[relation.name][index])
             fact = (relation.name, index)
             if target < 0 or fact in forbidden:
                 return None
             facts.append(fact)
-            chain.append(str(self._position[self._offset[kind] + index]))
+            chain.append(str(int(self._position[self._offset[kind] + index])))
             if relation.object == "year":
                 hop_answers.append(str(target))
                 break

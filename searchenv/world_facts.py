@@ -19,14 +19,32 @@ import numpy as np
 
 from searchenv import world_vocab as vocab
 
-__all__ = ["ENTITY_KINDS", "Facts", "build_facts", "entity_counts"]
+__all__ = ["ENTITY_KINDS", "SHORT_NAMES_UP_TO", "Facts", "build_facts", "entity_counts", "smallest_ints"]
 
 ENTITY_KINDS = ("person", "org", "city", "region", "work")
 
 # Share of near-miss spelling variants among surnames, city names and organisation stems.
 VARIANT_SHARE = 0.25
 _MAX_ROUNDS = 64  # rounds of candidate batches before a name pool counts as exhausted
+# Worlds up to this size draw names of three parts (Brevondt = bre + vo + ndt): about 2.6M words per set of
+# endings, enough for 5M entities. Larger worlds put a second open syllable in every name (Brevolondt),
+# 75 times the space; smaller worlds keep the short names, so their seeds give the same worlds as before.
+SHORT_NAMES_UP_TO = 5_000_000
 FIRST_BIRTH_YEAR, LAST_BIRTH_YEAR = 1480, 1880
+
+
+def smallest_ints(values: np.ndarray) -> np.ndarray:
+    """``values`` in the narrowest signed integer type that holds them (a 21M world keeps dozens of these).
+
+    Only storage changes: every value, and so every passage and question drawn from it, stays the same.
+    """
+    if values.dtype.kind not in "iu" or values.size == 0:
+        return values
+    low, high = int(values.min()), int(values.max())
+    for dtype in (np.int8, np.int16, np.int32):
+        if np.iinfo(dtype).min <= low and high <= np.iinfo(dtype).max:
+            return values.astype(dtype)
+    return values
 
 
 def entity_counts(num_passages: int) -> dict[str, int]:
@@ -114,14 +132,16 @@ class _WordPool:
     Membership tests never depend on set order, so the draws are deterministic.
     """
 
-    def __init__(self, rng: np.random.Generator):
+    def __init__(self, rng: np.random.Generator, long_names: bool = False):
         self._rng = rng
+        self._long = long_names
         self._seen: set[str] = set()
 
     def take(
         self, count: int, endings: tuple[str, ...], closed_first: bool = True, variant_share: float = 0.0
     ) -> list[str]:
-        """``count`` new words: a first syllable (closed or open), one open syllable, and one of ``endings``.
+        """``count`` new words: a first syllable (closed or open), one open syllable (two in a long-name
+        pool), and one of ``endings``.
 
         A ``variant_share`` of them are one-vowel variants of the others (distractor spellings); the result
         is shuffled so variants are not all at the end.
@@ -133,8 +153,12 @@ class _WordPool:
         def fresh(batch: int) -> list[str]:
             a = self._rng.integers(0, len(first), size=batch).tolist()
             b = self._rng.integers(0, len(open_), size=batch).tolist()
+            middles = [open_[j] for j in b]
+            if self._long:
+                c = self._rng.integers(0, len(open_), size=batch).tolist()
+                middles = [m + open_[j] for m, j in zip(middles, c, strict=True)]
             ends = self._rng.integers(0, len(endings), size=batch).tolist()
-            return [(first[i] + open_[j] + endings[e]).capitalize() for i, j, e in zip(a, b, ends, strict=True)]
+            return [(first[i] + m + endings[e]).capitalize() for i, m, e in zip(a, middles, ends, strict=True)]
 
         words = self._unique(num_fresh, fresh)
 
@@ -258,7 +282,7 @@ def build_facts(num_passages: int, rng: np.random.Generator) -> Facts:
     organisations are founded, books published and governorships taken up while the person is alive.
     """
     n = entity_counts(num_passages)
-    pool = _WordPool(rng)
+    pool = _WordPool(rng, long_names=num_passages > SHORT_NAMES_UP_TO)
     person_names, female, person_aliases = _person_names(pool, rng, n["person"])
     org_names, org_kind = _org_names(pool, rng, n["org"])
     city_names = pool.take(n["city"], vocab.CITY_ENDINGS, variant_share=VARIANT_SHARE)
@@ -283,7 +307,7 @@ def build_facts(num_passages: int, rng: np.random.Generator) -> Facts:
     governor = rng.choice(n["person"], size=n["region"], replace=False)
     author = rng.integers(0, n["person"], size=n["work"])
     published = _during_life(rng, birth_year[author], death_year[author], 25, 60)
-    return Facts(
+    facts = Facts(
         person_names=person_names,
         org_names=org_names,
         city_names=city_names,
@@ -318,3 +342,7 @@ def build_facts(num_passages: int, rng: np.random.Generator) -> Facts:
         wrote_work=_last_index(author, n["person"]),
         governed=_last_index(governor, n["person"]),
     )
+    for name, value in vars(facts).items():
+        if isinstance(value, np.ndarray):
+            setattr(facts, name, smallest_ints(value))
+    return facts

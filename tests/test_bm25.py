@@ -5,8 +5,10 @@ One Lucene index of union.jsonl is built per module and shared; the JVM starts o
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -19,12 +21,8 @@ from searchenv.retrievers import make_retriever
 from searchenv.retrievers.analysis import EnglishAnalyzer
 from searchenv.retrievers.bm25 import ENGINES, BM25Retriever, tie_tolerant_agreement
 from searchenv.retrievers.index_store import MANIFEST_NAME, IndexMismatchError
-from searchenv.retrievers.sparse import lucene_length
+from searchenv.retrievers.sparse import NativeEngine, build_native_index, lucene_length
 from searchenv.types import Corpus, Passage
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-UNION = DATA / "corpus" / "union.jsonl"
-NQ = DATA / "qa" / "nq_test_1000.jsonl"
 
 TINY = Corpus.from_passages(
     [
@@ -52,13 +50,13 @@ TINY_QUERIES = [
 
 
 @pytest.fixture(scope="module")
-def union() -> Corpus:
-    return Corpus.from_jsonl(UNION)
+def union(shared_data) -> Corpus:
+    return Corpus.from_jsonl(shared_data / "corpus" / "union.jsonl")
 
 
 @pytest.fixture(scope="module")
-def questions() -> list[str]:
-    with NQ.open(encoding="utf-8") as handle:
+def questions(shared_data) -> list[str]:
+    with (shared_data / "qa" / "nq_test_1000.jsonl").open(encoding="utf-8") as handle:
         return [json.loads(line)["question"] for line in handle][:40]
 
 
@@ -231,3 +229,99 @@ def test_lucene_needs_neither_java_home_nor_openai_key(monkeypatch, tmp_path):
         [sys.executable, "-c", script], capture_output=True, text=True, env=dict(os.environ), check=False
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------ streaming build, on-disk index
+def test_streamed_build_in_tiny_segments_equals_one_shot_build(tmp_path, union, questions):
+    """Segments of 97 passages and merges of 20,000 postings give byte-identical files and the same results."""
+    part = Corpus(union.ids[:3000], union.titles[:3000], union.texts[:3000], source="union[:3000]")
+    one_shot, streamed = tmp_path / "one", tmp_path / "streamed"
+    build_native_index(part, one_shot, 0.9, 0.4, segment_docs=len(part), show_progress=False)
+    pairs = ((part.ids[i], part.search_text(i)) for i in range(len(part)))  # an iterator, read once
+    assert build_native_index(pairs, streamed, 0.9, 0.4, segment_docs=97, merge_postings=20_000, show_progress=False)
+    names = sorted(p.name for p in one_shot.iterdir())
+    assert names == sorted(p.name for p in streamed.iterdir()) and "postings.bin" in names
+    assert all((one_shot / n).read_bytes() == (streamed / n).read_bytes() for n in names)
+    engine = NativeEngine(streamed, threads=2)
+    assert isinstance(engine._arrays[0], np.memmap)  # searched from the mapped file, not a copy
+    hits = engine.search(questions, 3)
+    reference = NativeEngine(one_shot, threads=1).search(questions, 3)
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(hits, reference, strict=True))
+
+
+def test_parallel_build_equals_serial_build(tmp_path):
+    texts = [f"passage {i} about topic{i % 97} and item{i % 13} with word{i % 5} " * (1 + i % 3) for i in range(60_000)]
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    build_native_index(texts, serial, 0.9, 0.4, workers=1, segment_docs=20_000, show_progress=False)
+    build_native_index(iter(texts), parallel, 0.9, 0.4, workers=2, segment_docs=20_000, show_progress=False)
+    assert all((serial / n).read_bytes() == (parallel / n).read_bytes() for n in ("postings.bin", "terms.txt"))
+
+
+def test_corrupt_index_is_refused(tmp_path):
+    directory = tmp_path / "tiny"
+    BM25Retriever(TINY, engine="native", index_dir=directory, show_progress=False)
+    postings = directory / "postings.bin"
+    postings.write_bytes(postings.read_bytes()[:-3])
+    with pytest.raises(ValueError, match="corrupt native BM25 index"):
+        BM25Retriever(TINY, engine="native", index_dir=directory, show_progress=False)
+    (directory / "idf.npy").unlink()
+    with pytest.raises(ValueError, match="not a complete native BM25 index"):
+        BM25Retriever(TINY, engine="native", index_dir=directory, show_progress=False)
+
+
+def test_index_of_an_older_format_is_refused(tmp_path):
+    directory = tmp_path / "tiny"
+    BM25Retriever(TINY, engine="native", index_dir=directory, show_progress=False)
+    manifest = json.loads((directory / MANIFEST_NAME).read_text())
+    (directory / MANIFEST_NAME).write_text(json.dumps({**manifest, "engine_version": "searchenv-native-1"}))
+    with pytest.raises(IndexMismatchError, match="engine_version 'searchenv-native-1'"):
+        BM25Retriever(TINY, engine="native", index_dir=directory, show_progress=False)
+
+
+# ------------------------------------------------------------------------------------------ analysis parity
+_FRAGMENTS = (
+    "The Beatles' O'Neil's don't U.S.A. e-mail wi-fi foo@bar.com http://x.org/a?b=c 3.14 1,000.5 10:30 2019–2020 "
+    "C# C++ $5 ½ ² x_y _under_ naïve café Ǆemal İstanbul ΟΔΟΣ ﬁnance Ⅻ ① ⓐ ÄÖÜ straße Москва Ελλάδα עִבְרִית שלום "
+    "العربية हिन्दी தமிழ் ภาษาไทย ພາສາລາວ မြန်မာ ខ្មែរ 東京 日本語の テキスト カタカナ ひらがな 한국어 中华人民共和国 "
+    "♭ ♮ ♯ ★ ☆ © ® ™ € → ∞ ∑ ✓ ✔ ❤️ 😀 👍🏽 👨\u200d👩\u200d👧 🇫🇷 #️⃣ 1️⃣ ‼ ⁉ ⌚ ♀ ♂ ☺ — … «quote» “smart” ‘single’ "
+    "(paren) [bracket] a.b.c x:y 3,4;5 12'34 éé'éé tab\tsep line\nbreak ゃ ー ・ 〆 〇 々 Ⅷ ǅ ℹ Ⓜ 🅰 🏻 🧑🏿\u200d🚀 ↔ "
+    "⌘ ☀ running generalization archaeology possibly is the and Cats analysing"
+).split(" ")
+
+
+def _mixed_script_strings(count: int, seed: int) -> list[str]:
+    """Random concatenations of the fragments above, glued by spaces, nothing, or word-break punctuation."""
+    rng = random.Random(seed)
+    strings = []
+    for _ in range(count):
+        parts = rng.choices(_FRAGMENTS, k=rng.randint(1, 8))
+        glue = rng.choices([" ", " ", " ", "", ", ", "-", "/", "."], k=len(parts))
+        strings.append("".join(p + g for p, g in zip(parts, glue, strict=True)).strip())
+    return strings
+
+
+def test_analyzer_matches_real_lucene_on_mixed_scripts_symbols_and_emoji():
+    """Exactly Lucene's terms for every fragment alone and for 400 random mixed-script strings."""
+    from searchenv.retrievers.lucene import lucene_analyze
+
+    texts = _FRAGMENTS + _mixed_script_strings(400, seed=0) + ["ÄÖÜ 東京 ♭ ♮"]
+    ours = EnglishAnalyzer().analyze_many(texts)
+    theirs = lucene_analyze(texts)
+    wrong = [(t, a, b) for t, a, b in zip(texts, ours, theirs, strict=True) if a != b]
+    assert not wrong, f"{len(wrong)} of {len(texts)} differ, e.g. {wrong[:3]}"
+    assert theirs[-1] == ["äöü", "東", "京", "♭", "♮"]
+
+
+def test_symbols_lucene_keeps_are_found_natively():
+    corpus = Corpus.from_passages([Passage("a", "Music", "B♭ and C♮ notes"), Passage("b", "Tokyo", "東京 ÄÖÜ")])
+    native = BM25Retriever(corpus, engine="native", show_progress=False)
+    assert {p.id for p in native.search(["ÄÖÜ 東京 ♭ ♮"], k=3)[0]} == {"a", "b"}
+
+
+def test_jsonl_stream_gives_the_corpus_search_texts(tmp_path, shared_data):
+    from searchenv.retrievers.sparse import jsonl_search_texts
+
+    path = shared_data / "corpus" / "union.jsonl"
+    corpus = Corpus.from_jsonl(path)
+    first = list(itertools.islice(jsonl_search_texts(path), 500))
+    assert first == [corpus.search_text(i) for i in range(500)]

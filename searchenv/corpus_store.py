@@ -1,0 +1,183 @@
+"""Passage texts on disk: a corpus jsonl read through a cached offset table and a memory map.
+
+wiki-18 holds 21M passages, about 13 GB of jsonl; as Python strings they would take far more RAM than a
+24 GB machine can give an environment or a retrieval server. :class:`DiskCorpus` keeps none of them: the
+file is memory-mapped, a table of line offsets (one int64 per passage, itself memory-mapped) finds a
+passage by position, and a row is parsed only when it is read. The page cache, shared by every process
+reading the same file, holds whatever is hot.
+
+The offset table is built once per file version, in one streaming pass that also validates every row (a
+malformed line is reported as ``file:line``) and computes the corpus checksum, and is cached under
+``$SEARCHENV_CACHE_DIR/corpus`` (default ``~/.cache/searchenv/corpus``), keyed by the file's absolute path,
+size and modification time: a changed file gets a fresh table, never a stale one.
+
+Replace a corpus file by writing a new one and renaming it over the old (as :meth:`Corpus.to_jsonl` does);
+truncating a file in place under a running reader is unsafe for any memory-mapped reader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+from array import array
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import overload
+
+import numpy as np
+
+from searchenv.types import Corpus, Passage, checksum_update, parse_corpus_row
+
+__all__ = ["CorpusStore", "DiskCorpus", "cache_dir"]
+
+_FORMAT = 1  # bump when the cached table's layout or meaning changes
+_PROGRESS_FROM_BYTES = 64 << 20
+
+
+def cache_dir() -> Path:
+    """Where offset tables live: ``$SEARCHENV_CACHE_DIR/corpus``, default ``~/.cache/searchenv/corpus``."""
+    root = os.environ.get("SEARCHENV_CACHE_DIR") or Path.home() / ".cache" / "searchenv"
+    return Path(root) / "corpus"
+
+
+class CorpusStore:
+    """The raw rows of one corpus jsonl by position: ``row(i)`` -> ``(id, title, text, contents)``."""
+
+    def __init__(self, path: str | os.PathLike[str], *, progress: bool | None = None):
+        self.path = Path(path).resolve()
+        if not self.path.is_file():
+            raise FileNotFoundError(
+                f"corpus file not found: {self.path} (expected a jsonl of {{'id','contents'}} rows)"
+            )
+        stat = self.path.stat()
+        self._stem = hashlib.sha256(str(self.path).encode()).hexdigest()[:16]
+        self._key = key = f"{self._stem}-{stat.st_size}-{stat.st_mtime_ns}"
+        self.table_path = cache_dir() / f"{key}.offsets.npy"
+        meta_path = cache_dir() / f"{key}.json"
+        if not (self.table_path.is_file() and meta_path.is_file()):
+            self._build(meta_path, stat.st_size, progress)
+        meta = json.loads(meta_path.read_text())
+        self.checksum: str = meta["checksum"]
+        self.offsets = np.load(self.table_path, mmap_mode="r")
+        if len(self.offsets) == 0:
+            raise ValueError(f"corpus file {self.path} holds no passages")
+        with self.path.open("rb") as handle:
+            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def line(self, position: int) -> bytes:
+        """The raw jsonl line of the passage at ``position`` (no newline)."""
+        start = int(self.offsets[position])
+        end = self._map.find(b"\n", start)
+        return self._map[start : end if end >= 0 else len(self._map)]
+
+    def row(self, position: int) -> tuple[str, str, str, str]:
+        """``(id, title, text, contents)`` of the passage at ``position``; ``contents`` exactly as stored."""
+        if not -len(self) <= position < len(self):
+            raise IndexError(f"corpus position {position} out of range for {len(self):,} passages")
+        position %= len(self)
+        return parse_corpus_row(self.line(position), self.path, None)
+
+    def _build(self, meta_path: Path, size: int, progress: bool | None) -> None:
+        """One pass over the file: validate every row, record where each starts, hash the corpus.
+
+        Both cache files are written under temporary names and renamed, so a concurrent reader sees either
+        no table or a whole one (processes opening the same new file at once each build it, harmlessly);
+        tables of older versions of the same path are removed.
+        """
+        from tqdm.auto import tqdm
+
+        show = size >= _PROGRESS_FROM_BYTES if progress is None else progress
+        starts = array("q")  # 8 bytes a passage while building, not a Python int each
+        digest = hashlib.sha256()
+        position = 0
+        with (
+            self.path.open("rb") as handle,
+            tqdm(total=size, desc=f"indexing {self.path.name}", unit="B", unit_scale=True, disable=not show) as bar,
+        ):
+            for line_no, line in enumerate(handle, 1):
+                if line.strip():
+                    id_, title, text, _ = parse_corpus_row(line, self.path, line_no)
+                    checksum_update(digest, id_, title, text)
+                    starts.append(position)
+                position += len(line)
+                if line_no % 65536 == 0:
+                    bar.update(position - bar.n)
+            bar.update(position - bar.n)
+        if not starts:
+            raise ValueError(f"corpus file {self.path} holds no passages")
+        meta_path.parent.mkdir(parents=True, exist_ok=True)
+        for old in meta_path.parent.glob(f"{self._stem}-*"):
+            if not old.name.startswith(f"{self._key}."):  # other versions only: a concurrent build of this one stays
+                old.unlink(missing_ok=True)
+        suffix = f".{os.getpid()}.tmp"
+        with open(f"{self.table_path}{suffix}", "wb") as out:
+            np.save(out, np.frombuffer(starts, dtype=np.int64))
+        os.replace(f"{self.table_path}{suffix}", self.table_path)
+        meta = {"format": _FORMAT, "path": str(self.path), "size": size, "count": len(starts)}
+        meta["checksum"] = digest.hexdigest()
+        Path(f"{meta_path}{suffix}").write_text(json.dumps(meta))
+        os.replace(f"{meta_path}{suffix}", meta_path)
+
+
+class _FieldView(Sequence[str]):
+    """One field of every passage (ids, titles, texts or contents), read from disk on access."""
+
+    def __init__(self, store: CorpusStore, field: int):
+        self._store, self._field = store, field
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    @overload
+    def __getitem__(self, position: int) -> str: ...
+    @overload
+    def __getitem__(self, position: slice) -> list[str]: ...
+    def __getitem__(self, position: int | slice) -> str | list[str]:
+        if isinstance(position, slice):
+            return [self._store.row(i)[self._field] for i in range(*position.indices(len(self)))]
+        return self._store.row(position)[self._field]
+
+    def __iter__(self) -> Iterator[str]:
+        for i in range(len(self)):
+            yield self._store.row(i)[self._field]
+
+
+class DiskCorpus(Corpus):
+    """A :class:`Corpus` whose passages stay in their jsonl file; only the offset table is mapped in.
+
+    ``ids``, ``titles`` and ``texts`` are read-only sequence views that parse rows on access; the checksum
+    comes from the offset table's cache, so opening a 21M-passage corpus a second time reads nothing.
+    """
+
+    __slots__ = ("store",)
+
+    def __init__(self, path: str | os.PathLike[str], *, progress: bool | None = None):
+        self.store = CorpusStore(path, progress=progress)
+        self.ids = _FieldView(self.store, 0)
+        self.titles = _FieldView(self.store, 1)
+        self.texts = _FieldView(self.store, 2)
+        self.source = str(self.store.path)
+        self._checksum = self.store.checksum
+
+    def __reduce__(self):
+        """Pickle as the path: a worker process reopens the file (its offset table is cached) and maps it."""
+        return (DiskCorpus, (self.store.path,))
+
+    def passage(self, position: int, score: float = 0.0) -> Passage:
+        id_, title, text, _ = self.store.row(position)
+        return Passage(id_, title, text, float(score))
+
+    def search_text(self, position: int) -> str:
+        _, title, text, _ = self.store.row(position)
+        return f"{title}\n{text}"
+
+    def contents(self, position: int) -> str:
+        return self.store.row(position)[3]
+
+    def __len__(self) -> int:
+        return len(self.store)
