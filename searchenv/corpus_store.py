@@ -169,8 +169,8 @@ class DiskCorpus(Corpus):
         return (DiskCorpus, (self.store.path,))
 
     def passage(self, position: int, score: float = 0.0) -> Passage:
-        id_, title, text, _ = self.store.row(position)
-        return Passage(id_, title, text, float(score))
+        id_, title, text, contents = self.store.row(position)
+        return Passage(id_, title, text, float(score), contents)  # as stored: Search-R1's block shows it verbatim
 
     def search_text(self, position: int) -> str:
         _, title, text, _ = self.store.row(position)

@@ -41,7 +41,7 @@ class Passage:
     title: str
     text: str
     score: float = 0.0
-    stored_contents: str | None = None
+    stored_contents: str | None = field(default=None, compare=False, repr=False)  # layout only, not identity
 
     @property
     def contents(self) -> str:

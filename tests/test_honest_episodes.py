@@ -253,3 +253,17 @@ def test_a_client_returning_empty_results_on_failure_is_still_a_failed_search() 
     observation, *_, info = env.step("<search>q</search>")
     assert observation == env.protocol.format_error() and "RetrievalUnavailable" in info["retrieval_error"]
     assert info["num_searches"] == 0 and env.episode.turns[-1].search == "failed"
+
+
+def test_a_corpus_file_keeps_its_title_quotes_in_the_block(tmp_path: Path) -> None:
+    import json
+
+    from searchenv import Corpus
+
+    path = tmp_path / "corpus.jsonl"
+    rows = [{"id": "1", "contents": '"Pavia Cathedral"\nA church in Pavia.'}, {"id": "2", "contents": "Pavia\nA city."}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    corpus = Corpus.from_jsonl(path)
+    block = PROTOCOLS["search-r1"].format_passages([corpus.passage(0), corpus.passage(1)])
+    assert 'Doc 1(Title: "Pavia Cathedral") A church in Pavia.\nDoc 2(Title: Pavia) A city.</information>' in block
+    assert corpus.passage(0).contents == rows[0]["contents"] and corpus.passage(1).contents == rows[1]["contents"]
