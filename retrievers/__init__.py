@@ -77,6 +77,7 @@ RETRIEVER_OPTIONS: dict[str, dict[str, type]] = {
         "show_progress": bool,
         "threads": int,
         "rebuild": bool,
+        "segment_docs": int,
     },
     "e5-exact": dict(_DENSE_OPTIONS),
     "e5-hnsw": {**_DENSE_OPTIONS, "m": int, "ef_construction": int, "ef_search": int},

@@ -663,7 +663,8 @@ def _search_kernel(
 class NativeEngine:
     """The ``native`` engine over an index directory written by :func:`build_native_index` (memory-mapped)."""
 
-    def __init__(self, directory: Path, threads: int, scratch: tempfile.TemporaryDirectory | None = None):
+    def __init__(self, directory: str | Path, threads: int, scratch: tempfile.TemporaryDirectory | None = None):
+        directory = Path(directory)
         meta_path = directory / "native.json"
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
