@@ -30,7 +30,7 @@ __all__ = ["TRL_CPU_RECIPE", "TRL_PAPER", "add_parser", "build_parser", "main", 
 #: The CPU recipe (the defaults): train-ppo's environment recipe with the matching GRPOConfig sizes.
 TRL_CPU_RECIPE: dict[str, Any] = {
     "num_generations": 4,
-    "per_device_train_batch_size": 4,  # 1 question × 4 episodes per step
+    "per_device_train_batch_size": 8,  # 2 questions × 4 episodes per step
     "max_completion_length": 256,
     "max_new_tokens": 32,
     "learning_rate": 3e-5,
