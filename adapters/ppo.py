@@ -221,8 +221,8 @@ def token_logprobs(
     backward pass (activation checkpointing), so neither pass holds more than ``chunk × vocabulary`` logits.
     """
     width = batch.input_ids.shape[1] - batch.prompt_width
-    out = _forward(model, batch, output_hidden_states=True, logits_to_keep=1)
-    hidden = out.hidden_states[-1][:, batch.prompt_width - 1 : -1]
+    # The decoder body alone returns only its final (normed) hidden states; the lm head is applied below in chunks.
+    hidden = _forward(model.get_decoder(), batch).last_hidden_state[:, batch.prompt_width - 1 : -1]
     targets = batch.input_ids[:, batch.prompt_width :]
     rows = hidden.shape[0]
     flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(-1)
