@@ -19,9 +19,10 @@ with the text the environment drops (:meth:`searchenv.tokenization.EpisodeTokens
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,10 @@ __all__ = [
     "VLLMGenerator",
     "load_policy",
     "make_envs",
+    "read_run_settings",
     "rollout",
+    "sampled_length",
+    "write_run_settings",
 ]
 
 #: Short names for models that ship inside pip packages (the HF hub is not reachable everywhere).
@@ -161,6 +165,8 @@ class HFGenerator:
     ) -> list[GeneratedTurn]:
         import torch
 
+        if not contexts:  # a rank with no episode left still takes part in a synchronised turn
+            return []
         width = max(len(c) for c in contexts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(c)) + list(c) for c in contexts], dtype=torch.long)
@@ -192,54 +198,75 @@ class HFGenerator:
         turns = []
         for row, cap in enumerate(max_new_tokens):
             ids = new[row, :cap].tolist()
-            # Rows that finished early are padded; with pad == EOS the first EOS is the real one and is kept.
-            end = next((i + 1 for i, t in enumerate(ids) if t in self.eos_ids), None)
-            if end is None:
-                end = next((i for i, t in enumerate(ids) if t == pad), len(ids))
+            end = sampled_length(ids, self.eos_ids, pad, stop_strings, self.tokenizer)
             turns.append(GeneratedTurn(ids[:end], token_logprobs[row, :end].tolist()))
         return turns
 
 
-class VLLMGenerator:
-    """The same interface over a ``vllm.LLM`` (``pip install searchenv[vllm]``; needs a GPU, untested on CPU).
+def sampled_length(
+    ids: Sequence[int], eos_ids: set[int], pad_id: int, stop_strings: Sequence[str], tokenizer: PreTrainedTokenizerBase
+) -> int:
+    """How many of a row's ``generate`` output ids the model sampled (the rest is padding of a finished row).
 
-    Stop strings are enforced by the engine (``SamplingParams(stop=...)``) and the stop string is kept in the
-    output, so the action text the environment parses is complete; ``logprobs=1`` returns the sampled token's
-    logprob.
+    ``generate`` pads a row that finished early (at a stop string or EOS) with ``pad_id`` while others continue.
+    A sampled EOS ends the row and is kept; but when ``pad_id`` is an EOS id, the padding looks like an EOS too.
+    The first EOS is padding exactly when the text before it already contains a stop string (the row had
+    stopped there), so it is dropped then and the model is never trained on a token it did not sample.
+    """
+    first_eos = next((i for i, t in enumerate(ids) if t in eos_ids), None)
+    if first_eos is not None:
+        if pad_id in eos_ids and any(s in tokenizer.decode(list(ids[:first_eos])) for s in stop_strings):
+            return first_eos
+        return first_eos + 1
+    return next((i for i, t in enumerate(ids) if t == pad_id), len(ids))
+
+
+class VLLMGenerator:
+    """The same interface over TRL's vLLM wrapper (``trainer.vllm_generation``, a ``trl`` ``VLLMGeneration``).
+
+    Generation goes through the wrapper, not the engine under it, because the wrapper wakes a sleeping
+    colocated engine (re-pushing the training weights), gathers prompts across tensor-parallel ranks and slices
+    the results back, and in ``server`` mode talks to ``trl vllm-serve``. Per turn, the protocol's stop strings
+    (kept in the output, so the environment parses a complete action) and the turn's token cap are set on the
+    wrapper's ``generation_kwargs`` / ``max_completion_length`` for that call only; temperature and top-p are the
+    trainer's. Each row is then cut to its own cap.
+
+    Written against TRL 1.x's ``VLLMGeneration.generate(prompts, images, num_generations)``; vLLM needs a GPU
+    and was never run in this project's tests.
     """
 
-    def __init__(self, llm: Any, tokenizer: PreTrainedTokenizerBase, sampling: SamplingConfig):
-        try:
-            import vllm
-        except ImportError as exc:  # pragma: no cover - GPU-only extra
-            raise ImportError("VLLMGenerator needs vLLM: pip install 'searchenv[vllm]' (GPU machines only)") from exc
-        self._vllm = vllm
-        self.llm = llm
+    def __init__(self, vllm_generation: Any, tokenizer: PreTrainedTokenizerBase):
+        self.vllm_generation = vllm_generation
         self.tokenizer = tokenizer
-        self.sampling = sampling
 
     def generate(
         self, contexts: Sequence[Sequence[int]], stop_strings: Sequence[str], max_new_tokens: Sequence[int]
-    ) -> list[GeneratedTurn]:  # pragma: no cover - GPU-only extra
-        params = [
-            self._vllm.SamplingParams(
-                temperature=self.sampling.temperature,
-                top_p=self.sampling.top_p,
-                max_tokens=cap,
-                stop=list(stop_strings),
-                include_stop_str_in_output=True,
-                logprobs=1,
+    ) -> list[GeneratedTurn]:  # pragma: no cover - needs vLLM and a GPU
+        wrapper = self.vllm_generation
+        saved = (wrapper.generation_kwargs, wrapper.max_completion_length)
+        cap = max(max_new_tokens, default=1)
+        wrapper.generation_kwargs = {
+            **(saved[0] or {}),
+            "stop": list(stop_strings),
+            "include_stop_str_in_output": True,
+            "max_tokens": cap,
+        }
+        wrapper.max_completion_length = cap
+        try:
+            _, completion_ids, logprobs, logprob_token_ids = wrapper.generate(
+                prompts=[list(c) for c in contexts], images=None, num_generations=1
             )
-            for cap in max_new_tokens
-        ]
-        prompts = [{"prompt_token_ids": list(c)} for c in contexts]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        finally:
+            wrapper.generation_kwargs, wrapper.max_completion_length = saved
         turns = []
-        for request in outputs:
-            completion = request.outputs[0]
-            ids = list(completion.token_ids)
-            logprobs = [step[tok].logprob for tok, step in zip(ids, completion.logprobs or [], strict=False)]
-            turns.append(GeneratedTurn(ids, logprobs + [0.0] * (len(ids) - len(logprobs))))
+        for row, row_cap in enumerate(max_new_tokens):
+            ids = list(completion_ids[row])[:row_cap]
+            row_logprobs = []
+            for t, token in enumerate(ids):
+                # Each position lists (logprob, token id) pairs by rank; the sampled token is always among them.
+                ranked = zip(logprobs[row][t], logprob_token_ids[row][t]) if logprobs is not None else ()
+                row_logprobs.append(next((float(lp) for lp, tok in ranked if tok == token and lp is not None), 0.0))
+            turns.append(GeneratedTurn(ids, row_logprobs))
         return turns
 
 
@@ -253,6 +280,8 @@ def rollout(
     *,
     indices: Sequence[int] | None = None,
     seed: int | None = None,
+    turn_sync: Callable[[bool], bool] | None = None,
+    on_turn: Callable[[int], Any] | None = None,
 ) -> list[EpisodeResult]:
     """Play one episode in each environment with ``generator`` and return the token-level results.
 
@@ -264,6 +293,11 @@ def rollout(
         indices: dataset index for each environment's reset (``options={"index": i}``); ``None`` lets each
             environment draw its own example from ``seed``.
         seed: seeds the environments' resets and torch's sampler, so the same call gives the same episodes.
+        turn_sync: for several processes whose engine calls are collective (vLLM with tensor parallelism or
+            server mode, FSDP): called once per turn with "this process still has episodes", it returns "some
+            process still has episodes". A process whose episodes are over keeps calling the engine with no
+            contexts until every process is done, so all processes make the same number of calls.
+        on_turn: called after every engine call with the number of tokens it sampled (progress bars).
 
     Returns:
         one :class:`EpisodeResult` per environment, in order.
@@ -288,13 +322,16 @@ def rollout(
     final_infos: list[dict[str, Any]] = [{} for _ in envs]
     rewards = [0.0] * len(envs)
     active = list(range(len(envs)))
-    while active:
+    while True:
         budgets = {i: sampling.budget(len(builders[i].prompt_ids), len(builders[i].response_ids)) for i in active}
         for i in [i for i in active if budgets[i] <= 0]:
             # The token budget ended the episode: the environment still scores it, like veRL's length cut.
             metrics[i]["truncated"] = 1.0
             _, rewards[i], _, _, final_infos[i] = envs[i].unwrapped.truncate()
         active = [i for i in active if budgets[i] > 0]
+        if turn_sync is not None and turn_sync(bool(active)) and not active:
+            generator.generate([], stop_strings[0], [])
+            continue
         if not active:
             break
         # Rows of one engine call share stop strings; protocols may differ between environments, so group.
@@ -304,6 +341,8 @@ def rollout(
             caps = [min(sampling.max_new_tokens, budgets[i]) for i in rows]
             for i, turn in zip(rows, generator.generate([builders[i].context_ids for i in rows], stops, caps)):
                 turns[i] = turn
+            if on_turn is not None:
+                on_turn(sum(len(turns[i].token_ids) for i in rows))
         actions = []
         for i in active:
             actions.append(builders[i].add_action(turns[i].token_ids, turns[i].logprobs, envs[i].unwrapped.protocol))
@@ -355,8 +394,13 @@ def make_envs(n: int, **env_kwargs: Any) -> list[SearchQAEnv]:
 # ---------------------------------------------------------------------------------------------------------------
 # Loading a policy
 # ---------------------------------------------------------------------------------------------------------------
-def load_policy(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None, dtype: Any = None):
+def load_policy(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None, dtype: Any = "float32"):
     """Load ``(model, tokenizer)`` from a local directory or a packaged alias (``"smollm2-135m"``).
+
+    Weights load in ``dtype``, float32 by default whatever the checkpoint declares: they are the optimizer's
+    master weights, and AdamW steps of lr 1e-6 vanish in bf16 rounding (a bf16-declared Qwen2.5 would otherwise
+    train in bf16). Mixed precision belongs in autocast (``PPOConfig.autocast``, TRL's ``--bf16``), not in the
+    stored weights. ``dtype=None`` keeps the checkpoint's own dtype (inference).
 
     A packaged GGUF model is de-quantised to a regular ``transformers`` checkpoint once (about 20 s for
     SmolLM2-135M) and saved under ``cache_dir`` (default ``$SEARCHENV_CACHE`` or ``~/.cache/searchenv``), so
@@ -391,7 +435,61 @@ def load_policy(name_or_path: str, cache_dir: str | os.PathLike[str] | None = No
             "(the Hugging Face hub is not used)"
         )
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, **({"dtype": dtype} if dtype is not None else {}))
+    if isinstance(dtype, str) and dtype != "auto":
+        import torch
+
+        dtype = getattr(torch, dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype if dtype is not None else "auto")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a checkpoint was trained on
+# ---------------------------------------------------------------------------------------------------------------
+#: File written next to a checkpoint's weights by both trainers (``train-ppo``, ``train-trl``).
+RUN_FILE = "searchenv_run.json"
+#: Its keys: what ``eval``/``demo`` need to replay the checkpoint in the environment it was trained in.
+#: ``model`` is the starting checkpoint or alias; ``config`` the trainer's full configuration.
+RUN_KEYS = (
+    "model",
+    "protocol",
+    "chat_template",
+    "max_turns",
+    "budget",
+    "topk",
+    "reward",
+    "dataset",
+    "split",
+    "retriever",
+    "retriever_options",
+    "algorithm",
+    "config",
+)
+
+
+def write_run_settings(directory: str | os.PathLike[str], settings: Mapping[str, Any], **extra: Any) -> Path:
+    """Write ``searchenv_run.json`` into ``directory``: every key of :data:`RUN_KEYS` (a missing one is an error,
+    so no checkpoint is saved that cannot be replayed), plus any other keys given (``max_information_words``,
+    ``corpus``, ``step``)."""
+    settings = {**settings, **extra}
+    missing = [k for k in RUN_KEYS if k not in settings]
+    if missing:
+        raise ValueError(f"run settings lack {missing}; pass every key of RUN_KEYS ({', '.join(RUN_KEYS)})")
+    path = Path(directory) / RUN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=2, sort_keys=True, default=str) + "\n")
+    return path
+
+
+def read_run_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The settings a checkpoint directory was trained with (see :func:`write_run_settings`)."""
+    path = Path(directory) / RUN_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: the checkpoint was not saved by searchenv's train-ppo/train-trl")
+    settings = json.loads(path.read_text())
+    missing = [k for k in RUN_KEYS if k not in settings]
+    if missing:
+        raise ValueError(f"{path} lacks {missing}; it was written by another version of searchenv")
+    return settings

@@ -3,7 +3,17 @@
 Read it top to bottom: configuration, log-probabilities, advantages (one function per algorithm), the
 clipped loss, then :class:`Trainer`, whose :meth:`Trainer.step` is *rollout → score → advantages → update*.
 The defaults follow SPEC §5 (clip 0.2, KL β 0.001, GAE λ = γ = 1, critic lr 1e-5, GRPO group size 5, policy
-lr 1e-6 for PPO and 5e-7 for GRPO) at CPU-sized batch and length settings; scale them up on a GPU.
+lr 1e-6 for PPO and 5e-7 for GRPO) and Search-R1's veRL configuration (value clip 0.5, entropy coefficient
+0.001; veRL 0.9's own default entropy coefficient is 0) at CPU-sized batch and length settings;
+:meth:`PPOConfig.paper` has the paper's sizes.
+
+Weights stay float32 (the optimizer's master copy); ``bf16=True`` runs the forward passes under bfloat16
+autocast. Log-probabilities and entropies are computed from the final hidden states a chunk of tokens at a time
+(:func:`token_logprobs`), so the ``(tokens × vocabulary)`` log-softmax never exists in full.
+
+Every step logs, besides reward and episode statistics, CleanRL's diagnostics: ``approx_kl`` (the k3 estimate of
+KL(old‖new) over the update), ``clipfrac``, ``entropy`` and, for PPO, the critic's ``explained_variance``;
+``rollout_tokens_per_s`` / ``update_tokens_per_s`` time the two phases.
 
 Masking (SPEC §2): every per-token quantity — the policy loss, the KL term or penalty, the value loss, the
 advantage normalisation statistics — is taken over ``loss_mask == 1`` tokens only. Environment tokens still
@@ -12,12 +22,13 @@ condition the model (they are in the input), but they are never a target.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -27,7 +38,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from searchenv.adapters.generation import EpisodeResult, HFGenerator, SamplingConfig, rollout
+from searchenv.adapters.generation import EpisodeResult, HFGenerator, SamplingConfig, rollout, write_run_settings
 from searchenv.tokenization import TokenizedEpisode
 
 __all__ = [
@@ -39,6 +50,7 @@ __all__ = [
     "gae_advantages",
     "grpo_advantages",
     "policy_loss",
+    "explained_variance",
     "reinforce_pp_advantages",
     "token_logprobs",
 ]
@@ -62,6 +74,8 @@ class PPOConfig:
     micro_batch_size: int = 5  # episodes per forward/backward [micro]
     ppo_epochs: int = 1
     clip_eps: float = 0.2
+    value_clip: float = 0.5  # PPO critic: values move at most this far from the rollout's [Search-R1 cliprange_value]
+    entropy_coef: float = 0.001  # loss -= coef · mean entropy [Search-R1 entropy_coeff; veRL 0.9 default 0]
     kl_coef: float = 0.001  # β: KL loss (GRPO) or per-token KL penalty in the reward (PPO, REINFORCE++)
     gamma: float = 1.0
     lam: float = 1.0
@@ -71,25 +85,32 @@ class PPOConfig:
     max_new_tokens: int = 64  # [max response 500 per turn]
     max_total_tokens: int = 1024  # [max sequence 4096]
     chat_template: bool | None = None  # None: the tokenizer's chat template when it has one
+    curriculum_steps: int = 0  # N > 0: sample questions of at most 1 + step // N hops (1-hop first); 0: all
+    bf16: bool = False  # bfloat16 autocast for forward passes (weights and optimizer stay float32)
+    logprob_chunk: int = 1024  # tokens per lm-head chunk when computing log-probs and entropies
     steps: int = 2  # [500-600 steps]
     save_every: int = 0  # 0 = only at the end (when output_dir is set) [100]
     seed: int = 0
 
     @classmethod
-    def paper(cls, algorithm: Algorithm = "ppo") -> PPOConfig:
-        """Search-R1's settings (8×H100 scale)."""
-        return cls(
-            algorithm=algorithm,
-            lr=1e-6 if algorithm == "ppo" else 5e-7,
-            prompts_per_step=512 if algorithm != "grpo" else 512 // 5,
-            group_size=5 if algorithm == "grpo" else 1,
-            mini_batch_size=256,
-            micro_batch_size=64,
-            max_new_tokens=500,
-            max_total_tokens=4096,
-            steps=500,
-            save_every=100,
-        )
+    def paper(cls, algorithm: Algorithm = "ppo", **overrides: Any) -> PPOConfig:
+        """Search-R1's settings (8×H100 scale): 512 prompts per step (× 5 episodes each for GRPO), mini-batches of
+        256 prompts, micro-batches of 64 episodes, 500 new tokens per turn, 4096 in all, 500 steps, bf16 autocast."""
+        group = 5 if algorithm == "grpo" else 1
+        values: dict[str, Any] = {
+            "algorithm": algorithm,
+            "lr": 1e-6 if algorithm == "ppo" else 5e-7,
+            "prompts_per_step": 512,
+            "group_size": group,
+            "mini_batch_size": 256 * group,
+            "micro_batch_size": 64,
+            "max_new_tokens": 500,
+            "max_total_tokens": 4096,
+            "bf16": True,
+            "steps": 500,
+            "save_every": 100,
+        }
+        return cls(**{**values, **overrides})
 
     def __post_init__(self) -> None:
         if self.algorithm not in ("ppo", "grpo", "reinforce++"):
@@ -98,6 +119,8 @@ class PPOConfig:
             raise ValueError("GRPO needs group_size >= 2: advantages are rewards relative to the group")
         if self.mini_batch_size % self.micro_batch_size:
             raise ValueError("mini_batch_size must be a multiple of micro_batch_size")
+        if self.curriculum_steps < 0 or self.logprob_chunk < 1:
+            raise ValueError("curriculum_steps must be >= 0 and logprob_chunk >= 1")
 
     @property
     def episodes_per_step(self) -> int:
@@ -176,17 +199,49 @@ def _forward(model: nn.Module, batch: Batch, **kwargs: Any) -> Any:
     return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions, **kwargs)
 
 
-def token_logprobs(model: nn.Module, batch: Batch, temperature: float = 1.0) -> torch.Tensor:
+def _chunk_logprobs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool):
+    logits = head(hidden).float()
+    if temperature not in (0, 1):
+        logits = logits / temperature
+    normaliser = logits.logsumexp(-1)
+    chosen = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normaliser
+    if not entropy:
+        return chosen, torch.zeros_like(chosen)
+    return chosen, normaliser - (logits.softmax(-1) * logits).sum(-1)
+
+
+def token_logprobs(
+    model: nn.Module, batch: Batch, temperature: float = 1.0, chunk: int = 1024, with_entropy: bool = False
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Log-probability of every response token under ``model``: ``(episodes, response_width)``.
 
     Logits are divided by the sampling temperature so ratios compare the distribution actually sampled from.
+    The lm head runs on ``chunk`` response positions at a time and each chunk keeps only the chosen token's logit
+    and the log-sum-exp (plus the entropy when ``with_entropy``); under autograd each chunk is recomputed in the
+    backward pass (activation checkpointing), so neither pass holds more than ``chunk × vocabulary`` logits.
     """
     width = batch.input_ids.shape[1] - batch.prompt_width
-    logits = _forward(model, batch, logits_to_keep=width + 1).logits[:, :-1].float()
-    if temperature not in (0, 1):
-        logits = logits / temperature
+    # The decoder body alone returns only its final (normed) hidden states; the lm head is applied below in chunks.
+    hidden = _forward(model.get_decoder(), batch).last_hidden_state[:, batch.prompt_width - 1 : -1]
     targets = batch.input_ids[:, batch.prompt_width :]
-    return torch.gather(logits.log_softmax(-1), -1, targets.unsqueeze(-1)).squeeze(-1)
+    rows = hidden.shape[0]
+    flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(-1)
+    head = model.get_output_embeddings()
+    chosen, entropy = [], []
+    for start in range(0, flat_targets.shape[0], chunk):
+        part = (flat_hidden[start : start + chunk], flat_targets[start : start + chunk])
+        if torch.is_grad_enabled():
+            lp, ent = torch.utils.checkpoint.checkpoint(
+                _chunk_logprobs, head, *part, temperature, with_entropy, use_reentrant=False
+            )
+        else:
+            lp, ent = _chunk_logprobs(head, *part, temperature, with_entropy)
+        chosen.append(lp)
+        entropy.append(ent)
+    logprobs = torch.cat(chosen).view(rows, width)
+    if with_entropy:
+        return logprobs, torch.cat(entropy).view(rows, width)
+    return logprobs
 
 
 class ValueModel(nn.Module):
@@ -287,24 +342,44 @@ def policy_loss(
     clip_eps: float,
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's clipped surrogate (plus an optional KL loss to the reference), averaged over model tokens.
+    """PPO's clipped surrogate, plus an optional KL loss to the reference and minus an optional entropy bonus,
+    averaged over model tokens.
 
-    Environment tokens (``loss_mask == 0``) contribute nothing: their ratios, advantages and KL are multiplied
-    by zero before the sum, so neither their values nor their log-probabilities reach the gradient.
+    Environment tokens (``loss_mask == 0``) contribute nothing: their ratios, advantages, KL and entropy are
+    multiplied by zero before the sum, so neither their values nor their log-probabilities reach the gradient.
+    Stats: ``pg_loss`` (the surrogate alone), ``clipfrac``, ``approx_kl`` (k3 estimate of KL(old‖new), as CleanRL
+    logs it), ``kl_loss`` and ``entropy`` when those terms are given.
     """
-    ratio = torch.exp((logprobs - old_logprobs).clamp(-20, 20))
+    log_ratio = (logprobs - old_logprobs).clamp(-20, 20)
+    ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1 - clip_eps, 1 + clip_eps)
-    per_token = torch.maximum(unclipped, clipped)
-    stats = {"clipfrac": masked_mean((clipped > unclipped).float(), loss_mask).item()}
+    per_token = torch.where(loss_mask > 0, torch.maximum(unclipped, clipped), torch.zeros_like(unclipped))
+    stats = {
+        "clipfrac": masked_mean((clipped > unclipped).float(), loss_mask).item(),
+        "approx_kl": masked_mean((ratio - 1) - log_ratio, loss_mask).item(),
+        "pg_loss": masked_mean(per_token, loss_mask).item(),
+    }
     if ref_logprobs is not None and kl_coef:
         kl = kl_k3(logprobs, ref_logprobs)
-        per_token = per_token + kl_coef * kl
+        per_token = per_token + kl_coef * torch.where(loss_mask > 0, kl, torch.zeros_like(kl))
         stats["kl_loss"] = masked_mean(kl, loss_mask).item()
-    loss = masked_mean(torch.where(loss_mask > 0, per_token, torch.zeros_like(per_token)), loss_mask)
-    stats["pg_loss"] = loss.item()
-    return loss, stats
+    if entropy is not None:
+        stats["entropy"] = masked_mean(entropy, loss_mask).item()
+        if entropy_coef:
+            per_token = per_token - entropy_coef * torch.where(loss_mask > 0, entropy, torch.zeros_like(entropy))
+    return masked_mean(per_token, loss_mask), stats
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """``1 - Var(returns - values) / Var(returns)`` over model tokens: 1 is a perfect critic, <= 0 a useless one."""
+    var_returns = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
+    residual = returns - values
+    var_residual = masked_mean((residual - masked_mean(residual, mask)) ** 2, mask)
+    return float("nan") if var_returns.item() == 0 else (1 - var_residual / var_returns).item()
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip: float):
@@ -319,13 +394,16 @@ class Trainer:
     """Train ``model`` on SearchQA environments with PPO, GRPO or REINFORCE++.
 
     Args:
-        model: a ``transformers`` causal LM (trained in place).
+        model: a ``transformers`` causal LM (trained in place; load it in float32, see :func:`load_policy`).
         tokenizer: its tokenizer.
         envs: ``config.episodes_per_step`` environments; they should share one retriever (``gym.make`` with the
             same ``retriever=`` string does) so each turn is one batched search.
         config: see :class:`PPOConfig`.
         log_path: a ``.jsonl`` file that receives one line of metrics per step (also printed to stdout).
         output_dir: where checkpoints go (``save_every`` steps and at the end); ``None`` saves nothing.
+        run_settings: the model and environment settings (``model``, ``protocol``, ``dataset``, ``reward``, ...)
+            written with every checkpoint as ``searchenv_run.json``, see
+            :func:`searchenv.adapters.generation.write_run_settings`.
     """
 
     def __init__(
@@ -336,49 +414,106 @@ class Trainer:
         config: PPOConfig,
         log_path: str | Path | None = None,
         output_dir: str | Path | None = None,
+        run_settings: Mapping[str, Any] | None = None,
     ):
         if len(envs) != config.episodes_per_step:
             raise ValueError(
                 f"got {len(envs)} environments for {config.episodes_per_step} episodes per step "
                 f"(prompts_per_step × group_size); create one environment per episode"
             )
+        low = sorted({str(p.dtype) for p in model.parameters() if p.requires_grad and p.dtype != torch.float32})
+        if low:
+            raise ValueError(
+                f"the policy's trainable weights are {low}, not float32: AdamW updates of lr ~1e-6 vanish in "
+                "low-precision masters; load with load_policy(...) (float32) and set PPOConfig(bf16=True) instead"
+            )
         self.config, self.model, self.tokenizer, self.envs = config, model, tokenizer, list(envs)
         torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
         self.reference = copy.deepcopy(model).eval().requires_grad_(False) if config.kl_coef else None
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
-        device = next(model.parameters()).device
-        self.critic = ValueModel(model).to(device) if config.algorithm == "ppo" else None
+        self.device = next(model.parameters()).device
+        self.critic = ValueModel(model).to(self.device) if config.algorithm == "ppo" else None
         if self.critic is not None:
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_lr, weight_decay=0.0)
         self.generator = HFGenerator(model, tokenizer, config.sampling)
         self.log_path = Path(log_path) if log_path else None
         self.output_dir = Path(output_dir) if output_dir else None
-        self.num_examples = len(self.envs[0].unwrapped.examples)
+        self.run_settings = dict(run_settings or {})
+        self.examples = self.envs[0].unwrapped.examples
+        self.hops = self._hops() if config.curriculum_steps else None
         self.global_step = 0
+
+    def _hops(self) -> list[int]:
+        hops = [ex.metadata.get("hops") for ex in self.examples]
+        if any(h is None for h in hops):
+            raise ValueError(
+                "curriculum_steps needs the number of hops of every question (the generated world's 'hops' "
+                "metadata); this dataset has none: set curriculum_steps=0"
+            )
+        return [int(h) for h in hops]
+
+    def _autocast(self):
+        if not self.config.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
 
     # -- one step ---------------------------------------------------------------------------------------
     def sample_indices(self) -> list[int]:
-        """Prompts for one step, each repeated ``group_size`` times (consecutive, as GRPO groups need)."""
-        prompts = self.rng.choice(self.num_examples, self.config.prompts_per_step, replace=False)
+        """Prompts for one step, each repeated ``group_size`` times (consecutive, as GRPO groups need).
+
+        With ``curriculum_steps = N`` only questions of at most ``1 + step // N`` hops are drawn (1-hop first).
+        """
+        pool = np.arange(len(self.examples))
+        if self.hops is not None:
+            cap = 1 + self.global_step // self.config.curriculum_steps
+            pool = np.array([i for i, h in enumerate(self.hops) if h <= cap])
+        replace = len(pool) < self.config.prompts_per_step
+        prompts = self.rng.choice(pool, self.config.prompts_per_step, replace=replace)
         return [int(i) for i in prompts for _ in range(self.config.group_size)]
 
     def step(self) -> dict[str, float]:
-        """Rollout → score → advantages → policy (and critic) update. Returns the step's metrics."""
+        """Rollout → score → advantages → policy (and critic) update. Returns the step's metrics.
+
+        A progress bar follows the step: sampled tokens during the rollout, then micro-batches in the update.
+        """
         cfg = self.config
         started = time.perf_counter()
-        episodes = rollout(
-            self.envs, self.generator, cfg.sampling, indices=self.sample_indices(), seed=cfg.seed + self.global_step
-        )
+        with (
+            tqdm(desc=f"step {self.global_step + 1} rollout", unit="tok", leave=False, file=sys.stderr) as bar,
+            self._autocast(),
+        ):
+            episodes = rollout(
+                self.envs,
+                self.generator,
+                cfg.sampling,
+                indices=self.sample_indices(),
+                seed=cfg.seed + self.global_step,
+                on_turn=bar.update,
+            )
         rollout_seconds = time.perf_counter() - started
         batch = collate([e.tokens for e in episodes], [e.reward for e in episodes], self.tokenizer.pad_token_id)
-        batch = batch.to(next(self.model.parameters()).device)
+        batch = batch.to(self.device)
+        update_started = time.perf_counter()
         advantages, returns, old_logprobs, ref_logprobs, old_values, kl = self._score(batch)
         stats = self._update(batch, advantages, returns, old_logprobs, ref_logprobs, old_values)
         self.global_step += 1
+        update_seconds = time.perf_counter() - update_started
         metrics = self._metrics(episodes, stats, kl, batch)
-        metrics.update(rollout_seconds=rollout_seconds, step_seconds=time.perf_counter() - started)
+        sampled = sum(e.metrics["model_tokens"] for e in episodes)
+        metrics.update(
+            rollout_seconds=rollout_seconds,
+            update_seconds=update_seconds,
+            step_seconds=time.perf_counter() - started,
+            rollout_tokens_per_s=sampled / max(rollout_seconds, 1e-9),
+            update_tokens_per_s=float(batch.attention_mask.sum()) * cfg.ppo_epochs / max(update_seconds, 1e-9),
+        )
         return metrics
+
+    def _logprobs(self, model: nn.Module, batch: Batch, with_entropy: bool = False):
+        cfg = self.config
+        with self._autocast():
+            return token_logprobs(model, batch, cfg.temperature, cfg.logprob_chunk, with_entropy)
 
     @torch.no_grad()
     def _score(self, batch: Batch):
@@ -388,9 +523,9 @@ class Trainer:
         on_policy = cfg.ppo_epochs == 1 and cfg.mini_batch_size >= cfg.episodes_per_step
         old_logprobs = ref_logprobs = kl = None
         if not (cfg.algorithm == "grpo" and on_policy):
-            old_logprobs = self._chunked(lambda b: token_logprobs(self.model, b, cfg.temperature), batch)
+            old_logprobs = self._chunked(lambda b: self._logprobs(self.model, b), batch)
         if self.reference is not None:
-            ref_logprobs = self._chunked(lambda b: token_logprobs(self.reference, b, cfg.temperature), batch)
+            ref_logprobs = self._chunked(lambda b: self._logprobs(self.reference, b), batch)
             if old_logprobs is not None:
                 kl = (old_logprobs - ref_logprobs) * batch.loss_mask
         old_values = returns = None
@@ -399,7 +534,8 @@ class Trainer:
         else:
             rewards = token_rewards(batch.rewards, batch.loss_mask, kl, cfg.kl_coef)
             if cfg.algorithm == "ppo":
-                old_values = self._chunked(self.critic, batch) * batch.loss_mask
+                with self._autocast():
+                    old_values = self._chunked(self.critic, batch).float() * batch.loss_mask
                 advantages, returns = gae_advantages(rewards, old_values, batch.loss_mask, cfg.gamma, cfg.lam)
                 advantages = masked_whiten(advantages, batch.loss_mask)
             else:
@@ -417,6 +553,8 @@ class Trainer:
         sums: dict[str, float] = {}
         updates = 0
         self.model.train()
+        micro_batches = cfg.ppo_epochs * math.ceil(n / cfg.micro_batch_size)
+        bar = tqdm(total=micro_batches, desc=f"step {self.global_step + 1} update", leave=False, file=sys.stderr)
         for _ in range(cfg.ppo_epochs):
             order = torch.from_numpy(self.rng.permutation(n))
             for start in range(0, n, cfg.mini_batch_size):
@@ -429,7 +567,7 @@ class Trainer:
                     mb = batch.select(micro)
                     # Weight each micro-batch by its share of model tokens: the sum is the mini-batch token mean.
                     weight = mb.loss_mask.sum() / mini_tokens
-                    logprobs = token_logprobs(self.model, mb, cfg.temperature)
+                    logprobs, entropy = self._logprobs(self.model, mb, with_entropy=True)
                     loss, stats = policy_loss(
                         logprobs,
                         logprobs.detach() if old_logprobs is None else old_logprobs[micro],
@@ -438,14 +576,22 @@ class Trainer:
                         cfg.clip_eps,
                         ref_logprobs[micro] if kl_in_loss and ref_logprobs is not None else None,
                         cfg.kl_coef if kl_in_loss else 0.0,
+                        entropy,
+                        cfg.entropy_coef,
                     )
                     (loss * weight).backward()
                     if self.critic is not None:
-                        v_loss = value_loss(self.critic(mb), old_values[micro], returns[micro], mb.loss_mask, 0.2)
+                        with self._autocast():
+                            values = self.critic(mb).float()
+                        v_loss = value_loss(values, old_values[micro], returns[micro], mb.loss_mask, cfg.value_clip)
                         (v_loss * weight).backward()
                         stats["value_loss"] = v_loss.item()
+                        stats["explained_variance"] = explained_variance(
+                            old_values[micro], returns[micro], mb.loss_mask
+                        )
                     for key, value in stats.items():
                         sums[key] = sums.get(key, 0.0) + value * float(weight)
+                    bar.update()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                 sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm)
                 self.optimizer.step()
@@ -453,6 +599,7 @@ class Trainer:
                     torch.nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
                     self.critic_optimizer.step()
                 updates += 1
+        bar.close()
         return {key: value / updates for key, value in sums.items()}
 
     def _metrics(self, episodes: Sequence[EpisodeResult], stats: dict[str, float], kl, batch: Batch):
@@ -477,6 +624,8 @@ class Trainer:
             **{k: v for k, v in stats.items() if k != "pg_loss"},
             **{f"reward/{k}": float(np.mean(v)) for k, v in parts.items()},
         }
+        if self.hops is not None:
+            metrics["max_hops"] = 1 + (self.global_step - 1) // self.config.curriculum_steps
         return metrics
 
     # -- the loop ---------------------------------------------------------------------------------------
@@ -508,7 +657,12 @@ class Trainer:
         return history
 
     def save(self, path: Path) -> None:
+        """Weights, tokenizer and ``searchenv_run.json`` (model, environment, reward and algorithm settings)."""
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
-        (path / "ppo_config.json").write_text(json.dumps(asdict(self.config), indent=2))
+        write_run_settings(
+            path,
+            {**self.run_settings, "algorithm": self.config.algorithm, "config": asdict(self.config)},
+            step=self.global_step,
+        )

@@ -1,12 +1,18 @@
 """Train a causal LM on SearchQA-v0 with the built-in PPO / GRPO / REINFORCE++ loop.
 
-Example (CPU, the embedded generated world, SmolLM2-135M)::
+Run with no options, it trains SmolLM2-135M on the generated world with the CPU recipe (:data:`CPU_RECIPE`) that
+raises reward within minutes on a 2-core machine (docs/experiments.md has the curve)::
 
-    python -m searchenv.adapters.train_ppo --algorithm grpo --model smollm2-135m --reward format \\
-        --steps 30 --log runs/grpo.jsonl --plot docs/img/grpo_world.png
+    python -m searchenv.adapters.train_ppo --log runs/grpo.jsonl --plot runs/grpo.png
 
-Metrics go to stdout and to ``--log`` (one JSON object per step); ``--plot`` redraws reward, valid searches
-per episode and response length against steps after every step, so a long run can be watched.
+``--model PATH --paper`` switches every default to Search-R1's (:data:`PAPER_ENV` and
+:meth:`~searchenv.adapters.ppo.PPOConfig.paper`: EM reward, the instruction prompt in the chat template,
+4 actions, top-3 passages, 512 prompts per step, 500 tokens per turn, bf16 autocast): the GPU recipe. Options given
+on the command line override either recipe.
+
+Metrics go to stdout and to ``--log`` (one JSON object per step); ``--plot`` redraws reward, EM, valid searches
+per episode and response length against steps after every step, so a long run can be watched. A checkpoint
+with ``searchenv_run.json`` (what ``eval``/``demo`` need to replay it) is saved to ``--output-dir`` at the end.
 """
 
 from __future__ import annotations
@@ -14,47 +20,173 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Sequence
-from dataclasses import fields
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "build_parser", "main", "plot_log"]
+__all__ = [
+    "CPU_RECIPE",
+    "PAPER_ENV",
+    "add_env_arguments",
+    "add_parser",
+    "apply_recipe",
+    "build_parser",
+    "env_kwargs",
+    "main",
+    "plot_log",
+    "run_settings",
+]
 
 #: Columns drawn by :func:`plot_log`: (metric key, panel title).
 PLOTTED = (
     ("reward", "reward (mean per episode)"),
+    ("reward/em", "exact match"),
     ("valid_searches", "valid searches / episode"),
     ("model_tokens", "response length (model tokens)"),
 )
 
+#: The CPU recipe (the defaults): what made SmolLM2-135M's reward rise on the generated world in minutes
+#: (docs/experiments.md). One worked example as a plain-text prompt (a 135M model writes no tag from the
+#: instruction alone), R1-Searcher's stage-1 reward (pays for an executed search and a well-formed response, so
+#: a GRPO group has reward variance from the first step), 1-hop questions first (2-hop from step 21), short
+#: turns, a high lr and no KL term.
+CPU_RECIPE: dict[str, Any] = {
+    "reward": "r1-searcher-stage1",
+    "demonstration": True,
+    "chat_template": "off",
+    "max_turns": 2,
+    "topk": 2,
+    "max_information_words": 40,
+    "prompts_per_step": 2,
+    "group_size": 4,
+    "mini_batch_size": 8,
+    "micro_batch_size": 4,
+    "max_new_tokens": 32,
+    "max_total_tokens": 512,
+    "lr": 3e-5,
+    "kl_coef": 0.0,  # no reference model: a third less work per step on a CPU
+    "curriculum_steps": 20,
+    "steps": 12,
+}
+#: Search-R1's environment settings (SPEC §5), the environment half of ``--paper``.
+PAPER_ENV: dict[str, Any] = {
+    "reward": "em",
+    "demonstration": False,
+    "chat_template": "auto",
+    "max_turns": 4,
+    "topk": 3,
+    "max_information_words": 400,
+}
 
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    from searchenv.adapters.ppo import PPOConfig
 
+def add_env_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The environment and prompt options shared by ``train-ppo`` and ``train-trl`` (same names, same meaning).
+
+    To be replaced by ``searchenv.cli.add_env_arguments`` once that shared group exists; the option names match.
+    """
     env = parser.add_argument_group("environment")
     env.add_argument("--dataset", default="world", help="'world', a dataset name or a jsonl/parquet path")
     env.add_argument("--split", default="train")
     env.add_argument("--corpus", default=None, help="passage jsonl (default: the world's corpus)")
     env.add_argument("--retriever", default="bm25", help="'bm25', 'random', 'e5-exact', or http://host:port")
+    env.add_argument("--retriever-options", type=json.loads, default={}, help='retriever options, JSON: {"nprobe": 64}')
     env.add_argument("--reward", default="format", help="reward spec name or file (em, f1, format, ...)")
     env.add_argument("--topk", type=int, default=3)
     env.add_argument("--max-turns", type=int, default=4, help="action budget B")
+    env.add_argument("--budget", default="actions", choices=["actions", "extra-answer-turn"])
     env.add_argument("--protocol", default="search-r1")
     env.add_argument(
         "--demonstration",
-        action="store_true",
-        help="prepend one worked example to the prompt (helps very small models discover the tags)",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="prepend one worked example to the prompt (protocol search-r1-fewshot; helps very small models)",
     )
     env.add_argument("--max-information-words", type=int, default=400, help="passage words per information block")
+    env.add_argument(
+        "--chat-template",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="wrap the prompt in the tokenizer's chat template ('off': plain text continuation)",
+    )
+    return env
 
+
+def _protocol(args: argparse.Namespace) -> str:
+    """``--demonstration`` selects the one-example prompt of the search-r1 tags (``search-r1-fewshot``)."""
+    if not args.demonstration:
+        return args.protocol
+    if args.protocol not in ("search-r1", "search-r1-fewshot"):
+        raise ValueError(f"--demonstration is written for the search-r1 tags, not {args.protocol!r}")
+    return "search-r1-fewshot"
+
+
+def chat_template_flag(value: str) -> bool | None:
+    """``--chat-template`` as :func:`searchenv.tokenization.encode_prompt` takes it."""
+    return {"auto": None, "on": True, "off": False}[value]
+
+
+def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """:class:`~searchenv.env.SearchQAEnv` arguments from parsed :func:`add_env_arguments` options."""
+    return {
+        "dataset": args.dataset,
+        "split": args.split,
+        "corpus": args.corpus,
+        "retriever": args.retriever,
+        "retriever_options": args.retriever_options,
+        "reward": args.reward,
+        "topk": args.topk,
+        "max_turns": args.max_turns,
+        "budget": args.budget,
+        "protocol": _protocol(args),
+        "max_information_words": args.max_information_words,
+    }
+
+
+def run_settings(args: argparse.Namespace, algorithm: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``searchenv_run.json`` records (see :data:`searchenv.adapters.generation.RUN_KEYS`)."""
+    env = env_kwargs(args)
+    return {
+        "model": args.model,
+        "chat_template": chat_template_flag(args.chat_template),
+        **env,
+        "algorithm": algorithm,
+        "config": dict(config),
+    }
+
+
+def apply_recipe(parser: argparse.ArgumentParser, argv: Sequence[str] | None, paper_config: Any = None) -> None:
+    """Set the parser's defaults to the CPU recipe, or with ``--paper`` to Search-R1's.
+
+    ``paper_config(algorithm)`` returns the paper's trainer settings as a mapping of option names.
+    """
+    options = {action.dest for action in parser._actions}
+    parser.set_defaults(**{k: v for k, v in CPU_RECIPE.items() if k in options})
+    known, _ = parser.parse_known_args(argv)
+    if not known.paper:
+        return
+    defaults = dict(PAPER_ENV)
+    if paper_config is not None:
+        defaults.update(paper_config(known))
+    parser.set_defaults(**{k: v for k, v in defaults.items() if k in options})
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    from searchenv.adapters.ppo import PPOConfig
+
+    add_env_arguments(parser)
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="smollm2-135m", help="local checkpoint dir or alias ('smollm2-135m')")
-    model.add_argument("--output-dir", default=None, help="save checkpoints here")
+    model.add_argument(
+        "--output-dir", default="runs/train-ppo", help="checkpoints go here ('final' at the end); '' saves nothing"
+    )
     model.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     model.add_argument("--device", default=None, help="'cpu', 'cuda', ... (default: cuda when available)")
+    model.add_argument(
+        "--paper", action="store_true", help="Search-R1's settings for every option not given (the GPU recipe)"
+    )
 
-    algo = parser.add_argument_group("algorithm (defaults: CPU-sized; see PPOConfig.paper() for Search-R1's)")
+    algo = parser.add_argument_group("algorithm (defaults: the CPU recipe; --paper: PPOConfig.paper())")
     defaults = PPOConfig()
     for f in fields(PPOConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -62,13 +194,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         if f.name == "algorithm":
             algo.add_argument(flag, default=value, choices=["ppo", "grpo", "reinforce++"])
         elif f.name == "chat_template":
-            algo.add_argument(
-                flag,
-                default="auto",
-                choices=["auto", "on", "off"],
-                type=str,
-                help="wrap the prompt in the tokenizer's chat template ('off': plain text continuation)",
-            )
+            continue  # an environment/prompt option (add_env_arguments)
+        elif isinstance(value, bool):
+            algo.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
         else:
             algo.add_argument(flag, type=type(value), default=value)
 
@@ -77,9 +205,19 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--plot", default=None, help="write a PNG of the training curves here after every step")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _paper_config(known: argparse.Namespace) -> dict[str, Any]:
+    from searchenv.adapters.ppo import PPOConfig
+
+    values = asdict(PPOConfig.paper(known.algorithm))
+    values.pop("chat_template")
+    return values
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser, its defaults set to the CPU recipe or (``--paper`` in ``argv``) Search-R1's."""
     parser = argparse.ArgumentParser(prog="python -m searchenv.adapters.train_ppo", description=__doc__.split("\n")[0])
     _add_arguments(parser)
+    apply_recipe(parser, argv, _paper_config)
     return parser
 
 
@@ -99,15 +237,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _protocol(args: argparse.Namespace) -> str:
-    """``--demonstration`` selects the one-example prompt of the search-r1 tags (``search-r1-fewshot``)."""
-    if not args.demonstration:
-        return args.protocol
-    if args.protocol != "search-r1":
-        raise ValueError(f"--demonstration is written for the search-r1 tags, not {args.protocol!r}")
-    return "search-r1-fewshot"
-
-
 def plot_log(log_path: str | Path, png_path: str | Path, title: str | None = None) -> None:
     """Draw reward, valid searches per episode and response length against training steps."""
     import matplotlib
@@ -121,7 +250,7 @@ def plot_log(log_path: str | Path, png_path: str | Path, title: str | None = Non
     steps = [r["step"] for r in rows]
     figure, axes = plt.subplots(1, len(PLOTTED), figsize=(4.2 * len(PLOTTED), 3.2))
     for axis, (key, label) in zip(axes, PLOTTED):
-        values = [r[key] for r in rows]
+        values = [r.get(key, r.get(f"episode/{key}", float("nan"))) for r in rows]  # TRL logs episode/...
         window = max(1, len(values) // 8)
         axis.plot(steps, values, color="0.7" if window > 1 else "C0", linewidth=1, marker=".", label="per step")
         if window > 1:
@@ -149,27 +278,23 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     from searchenv.adapters.generation import load_policy, make_envs
     from searchenv.adapters.ppo import PPOConfig, Trainer
 
-    torch.set_num_threads(args.threads)
-    values = {f.name: getattr(args, f.name) for f in fields(PPOConfig)}
-    values["chat_template"] = {"auto": None, "on": True, "off": False}[values["chat_template"]]
-    config = PPOConfig(**values)
-    model, tokenizer = load_policy(args.model)
-    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    envs = make_envs(
-        config.episodes_per_step,
-        dataset=args.dataset,
-        split=args.split,
-        corpus=args.corpus,
-        retriever=args.retriever,
-        reward=args.reward,
-        topk=args.topk,
-        max_turns=args.max_turns,
-        protocol=_protocol(args),
-        max_information_words=args.max_information_words,
-    )
     if args.plot and not args.log:
         raise SystemExit("--plot needs --log (the curves are drawn from the log file)")
-    trainer = Trainer(model, tokenizer, envs, config, log_path=args.log, output_dir=args.output_dir)
+    torch.set_num_threads(args.threads)
+    values = {f.name: getattr(args, f.name) for f in fields(PPOConfig) if f.name != "chat_template"}
+    config = PPOConfig(**values, chat_template=chat_template_flag(args.chat_template))
+    model, tokenizer = load_policy(args.model)  # float32 master weights; --bf16 adds autocast
+    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    envs = make_envs(config.episodes_per_step, **env_kwargs(args))
+    trainer = Trainer(
+        model,
+        tokenizer,
+        envs,
+        config,
+        log_path=args.log,
+        output_dir=args.output_dir or None,
+        run_settings=run_settings(args, config.algorithm, asdict(config)),
+    )
     title = f"{config.algorithm} on {args.dataset}, {args.model}, reward {args.reward}"
 
     def redraw(_: dict[str, float]) -> None:
@@ -180,7 +305,7 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    run(build_parser().parse_args(argv))
+    run(build_parser(argv).parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -4,9 +4,18 @@ TRL's own tool loop speaks native chat-template tool calls, not the ``<search>``
 so the episode is played by :func:`searchenv.adapters.generation.rollout` inside ``rollout_func`` and handed back
 token-in/token-out: ``prompt_ids``, ``completion_ids`` (model and environment tokens in order), ``logprobs`` and
 ``env_mask`` (TRL multiplies it into the loss mask, so inserted passages and hints are never trained on).
-The environment's reward and its parts travel as extra keys to :func:`env_reward`, which returns the reward and
-logs the parts with TRL's ``log_metric``. :func:`reward_from_spec` scores a decoded completion text instead,
-for runs where completions come from elsewhere.
+The environment's reward, its parts and the episode's metrics travel as extra keys to :func:`env_reward`, which
+returns the reward the episode computed and logs the parts with TRL's ``log_metric``: completions are never
+re-parsed from text (the episode knows which searches ran and what was shown).
+
+TRL versions (:data:`TRL_REQUIREMENT`): 1.0 is the first release that calls ``rollout_func(prompts, trainer)``
+without vLLM and applies ``env_mask`` in the loss; 0.28–0.29 call it only through the vLLM backend (on CPU it was
+silently not used), 0.27 ignores ``env_mask`` (trains on retrieved passages), 0.25–0.26 have another
+signature and 0.24 has no ``rollout_func``.
+
+Completions end the way TRL expects: an episode the environment ended (an answer, or the action budget spent)
+gets the tokenizer's EOS appended with ``env_mask`` 0 (the model did not sample it, so it is not trained on), so
+TRL counts only episodes cut by the token budget as truncated (``completions/clipped_ratio``).
 
 Usage::
 
@@ -16,16 +25,22 @@ Usage::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from transformers import TrainerCallback
+
 from searchenv.adapters.generation import (
+    EpisodeResult,
     HFGenerator,
     SamplingConfig,
     TurnGenerator,
     VLLMGenerator,
     make_envs,
     rollout,
+    write_run_settings,
 )
 
 if TYPE_CHECKING:
@@ -34,16 +49,56 @@ if TYPE_CHECKING:
 
     from searchenv.env import SearchQAEnv
 
-__all__ = ["SearchRolloutFunc", "env_reward", "make_dataset", "make_grpo_trainer", "reward_from_spec"]
+__all__ = [
+    "TRL_REQUIREMENT",
+    "JsonlLogCallback",
+    "RunSettingsCallback",
+    "SearchRolloutFunc",
+    "check_trl_version",
+    "env_reward",
+    "make_dataset",
+    "make_grpo_trainer",
+]
+
+#: The TRL releases whose ``rollout_func`` / ``env_mask`` semantics this adapter relies on (see the module doc).
+TRL_REQUIREMENT = ">=1.0,<2"
 
 
-def make_dataset(env: SearchQAEnv, limit: int | None = None) -> Dataset:
+def check_trl_version(version: str | None = None) -> None:
+    """Raise ``ImportError`` unless the installed TRL (or ``version``) satisfies :data:`TRL_REQUIREMENT`."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    if version is None:
+        import trl
+
+        version = trl.__version__
+    if Version(version) not in SpecifierSet(TRL_REQUIREMENT):
+        raise ImportError(
+            f"searchenv's TRL adapter needs trl{TRL_REQUIREMENT}, found {version}: older releases ignore env_mask "
+            "or rollout_func (they would train on retrieved passages or skip the environment); "
+            f"pip install 'trl{TRL_REQUIREMENT}' (note: verl[fsdp] pins trl==0.27.0, use separate environments)"
+        )
+
+
+def make_dataset(env: SearchQAEnv, limit: int | None = None, curriculum: bool = False, seed: int = 0) -> Dataset:
     """One row per question of ``env``'s dataset: ``prompt`` (the environment's prompt text), ``question``,
-    ``golden_answers`` and ``example_index`` (what :class:`SearchRolloutFunc` resets the environment to)."""
+    ``golden_answers`` and ``example_index`` (what :class:`SearchRolloutFunc` resets the environment to).
+
+    ``curriculum=True`` orders the rows by number of hops (the generated world's ``hops`` metadata), shuffled
+    within each level by ``seed``: with ``GRPOConfig(shuffle_dataset=False)`` training sees 1-hop questions first.
+    """
+    import random
+
     from datasets import Dataset
 
     base = env.unwrapped
-    examples = base.examples[:limit] if limit else base.examples
+    examples = list(enumerate(base.examples[:limit] if limit else base.examples))
+    if curriculum:
+        if any("hops" not in ex.metadata for _, ex in examples):
+            raise ValueError("curriculum needs every question's 'hops' metadata (the generated world has it)")
+        random.Random(seed).shuffle(examples)
+        examples.sort(key=lambda item: int(item[1].metadata["hops"]))
     return Dataset.from_list(
         [
             {
@@ -52,7 +107,7 @@ def make_dataset(env: SearchQAEnv, limit: int | None = None) -> Dataset:
                 "golden_answers": list(ex.golden_answers),
                 "example_index": i,
             }
-            for i, ex in enumerate(examples)
+            for i, ex in examples
         ]
     )
 
@@ -93,14 +148,31 @@ class SearchRolloutFunc:
     def _generator(self, trainer: GRPOTrainer, sampling: SamplingConfig) -> TurnGenerator:
         tokenizer = trainer.processing_class
         if getattr(trainer, "use_vllm", False):
-            llm = getattr(getattr(trainer, "vllm_generation", None), "llm", None)
-            if llm is None:
-                raise ValueError(
-                    "multi-turn search rollouts need token-level access to the engine: use vllm_mode='colocate' "
-                    "(the 'server' mode's client only exchanges text)"
-                )
-            return VLLMGenerator(llm, tokenizer, sampling)
+            return VLLMGenerator(trainer.vllm_generation, tokenizer)
         return HFGenerator(trainer.accelerator.unwrap_model(trainer.model), tokenizer, sampling)
+
+    @staticmethod
+    def _turn_sync(trainer: GRPOTrainer) -> Callable[[bool], bool] | None:
+        """With several processes, keep engine calls in lockstep (vLLM tensor-parallel/server calls are collective)."""
+        accelerator = trainer.accelerator
+        if accelerator.num_processes == 1:
+            return None
+        import torch
+
+        def any_active(local: bool) -> bool:
+            flags = accelerator.gather(torch.tensor([int(local)], device=accelerator.device))
+            return bool(flags.sum().item())
+
+        return any_active
+
+    @staticmethod
+    def _completion(result: EpisodeResult, eos_id: int) -> tuple[list[int], list[int], list[float]]:
+        """Response ids, env mask and logprobs, with an unsampled EOS (mask 0) closing an episode the env ended."""
+        tokens = result.tokens
+        ids, mask, logprobs = list(tokens.response_ids), list(tokens.loss_mask), list(tokens.logprobs)
+        if not result.metrics.get("truncated") and (not ids or ids[-1] != eos_id):
+            ids, mask, logprobs = ids + [eos_id], mask + [0], logprobs + [0.0]
+        return ids, mask, logprobs
 
     def __call__(self, prompts: Sequence[Any], trainer: GRPOTrainer) -> dict[str, list[Any]]:
         texts = [p if isinstance(p, str) else p[-1]["content"] for p in prompts]
@@ -117,20 +189,29 @@ class SearchRolloutFunc:
             top_p=args.top_p,
             max_new_tokens=min(self.max_new_tokens, response_cap),
             max_total_tokens=10**9,
-            max_response_tokens=response_cap,
+            # one token of the cap is kept for the EOS that closes a finished episode
+            max_response_tokens=max(response_cap - 1, 1),
             chat_template=self.chat_template,
         )
         envs = self._envs_for(len(texts))
-        seed = args.seed * 1_000_003 + self.calls
+        seed = args.seed * 1_000_003 + self.calls * trainer.accelerator.num_processes
+        seed += trainer.accelerator.process_index
         self.calls += 1
         results = rollout(
-            envs, self._generator(trainer, sampling), sampling, indices=[self.index_of[t] for t in texts], seed=seed
+            envs,
+            self._generator(trainer, sampling),
+            sampling,
+            indices=[self.index_of[t] for t in texts],
+            seed=seed,
+            turn_sync=self._turn_sync(trainer),
         )
+        eos_id = trainer.processing_class.eos_token_id
+        completions = [self._completion(r, eos_id) for r in results]
         return {
             "prompt_ids": [r.tokens.prompt_ids for r in results],
-            "completion_ids": [r.tokens.response_ids for r in results],
-            "logprobs": [r.tokens.logprobs for r in results],
-            "env_mask": [r.tokens.loss_mask for r in results],
+            "completion_ids": [c[0] for c in completions],
+            "logprobs": [c[2] for c in completions],
+            "env_mask": [c[1] for c in completions],
             "env_reward": [r.reward for r in results],
             "env_reward_parts": [r.reward_parts for r in results],
             "env_metrics": [r.metrics for r in results],
@@ -168,31 +249,36 @@ def env_reward(
     return [float(r) for r in env_reward]
 
 
-def reward_from_spec(spec: Any = "em", protocol: str = "search-r1") -> Callable[..., list[float]]:
-    """A TRL reward function from a reward spec, scoring the decoded completion text.
+class RunSettingsCallback(TrainerCallback):
+    """Writes ``searchenv_run.json`` into every checkpoint TRL saves (``output_dir/checkpoint-N``), so ``eval`` and
+    ``demo`` can replay it with the environment and reward it was trained on."""
 
-    It reads the ``golden_answers`` (and optional ``question``) dataset columns, rebuilds the rollout with
-    :meth:`Rollout.from_text` and logs every reward part via ``log_metric``.
-    """
-    from searchenv.reward_specs import Rollout, load_reward
+    def __init__(self, settings: Mapping[str, Any]):
+        self.settings = dict(settings)
 
-    reward = load_reward(spec)
+    def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+        if state.is_world_process_zero:
+            write_run_settings(Path(args.output_dir) / f"checkpoint-{state.global_step}", self.settings)
+        return control
 
-    def score(
-        completions: Sequence[Any],
-        golden_answers: Sequence[Sequence[str]],
-        question: Sequence[str] | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        **_: Any,
-    ) -> list[float]:
-        texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-        questions = question or [""] * len(texts)
-        results = [reward(Rollout.from_text(t, g, protocol, q)) for t, g, q in zip(texts, golden_answers, questions)]
-        _log_means(log_metric, f"{reward.name}/", [r.parts for r in results])
-        return [float(r.reward) for r in results]
 
-    score.__name__ = f"searchenv_{reward.name}".replace("-", "_")
-    return score
+class JsonlLogCallback(TrainerCallback):
+    """Appends every TRL log row (``reward``, ``reward/em``, ``episode/valid_searches``, ...) to a ``.jsonl`` file,
+    one JSON object per logging step with its ``step``, the format :func:`~searchenv.adapters.train_ppo.plot_log`
+    draws."""
+
+    def __init__(self, path: str | Path, on_line: Callable[[], None] | None = None):
+        self.path = Path(path)
+        self.on_line = on_line
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **_: Any) -> Any:
+        if state.is_world_process_zero and logs and "reward" in logs:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as handle:
+                handle.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+            if self.on_line is not None:
+                self.on_line()
+        return control
 
 
 def make_grpo_trainer(
@@ -203,31 +289,53 @@ def make_grpo_trainer(
     max_new_tokens: int = 500,
     train_limit: int | None = None,
     reward_funcs: Sequence[Callable[..., list[float]]] | None = None,
+    chat_template: bool | None = None,
+    curriculum: bool = False,
+    run_settings: Mapping[str, Any] | None = None,
+    callbacks: Sequence[Any] = (),
 ) -> GRPOTrainer:
     """A ``GRPOTrainer`` wired to SearchQA: dataset from the environment, multi-turn ``rollout_func``, env reward.
 
     Args:
-        model / tokenizer: a ``transformers`` causal LM and its tokenizer (the tokenizer needs a pad token).
+        model / tokenizer: a ``transformers`` causal LM (float32 weights: ``load_policy`` loads them so) and its
+            tokenizer (it needs a pad token).
         args: the ``GRPOConfig`` (``num_generations`` = group size, ``max_completion_length`` = response cap,
-            ``beta`` = KL coefficient, ``learning_rate``, ...).
+            ``beta`` = KL coefficient, ``learning_rate``, ``bf16`` = autocast, ...).
         env_kwargs: :class:`~searchenv.env.SearchQAEnv` arguments (dataset, retriever, reward, topk, max_turns...).
         max_new_tokens: per-turn generation cap.
         train_limit: use only the first ``train_limit`` questions.
-        reward_funcs: replaces the default ``[env_reward]``.
+        reward_funcs: replaces the default ``[env_reward]``; they receive the episode's ``env_reward``,
+            ``env_reward_parts`` and ``env_metrics`` columns.
+        chat_template: see :func:`searchenv.tokenization.encode_prompt`.
+        curriculum: 1-hop questions first (needs ``args.shuffle_dataset = False``, see :func:`make_dataset`).
+        run_settings: written as ``searchenv_run.json`` into every checkpoint (:class:`RunSettingsCallback`).
+        callbacks: more ``TrainerCallback`` objects (e.g. :class:`JsonlLogCallback`).
     """
     import os
 
+    check_trl_version()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from trl import GRPOTrainer
 
+    if curriculum and args.shuffle_dataset:
+        raise ValueError("curriculum=True orders the dataset by hops: set GRPOConfig(shuffle_dataset=False)")
+    low = sorted(
+        {str(p.dtype) for p in model.parameters() if p.requires_grad and p.dtype.is_floating_point} - {"torch.float32"}
+    )
+    if low:
+        raise ValueError(
+            f"the policy's trainable weights are {low}, not float32: load with load_policy(...) (float32 masters) "
+            "and set GRPOConfig(bf16=True) for mixed precision instead"
+        )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    rollout_func = SearchRolloutFunc(env_kwargs, max_new_tokens=max_new_tokens)
+    rollout_func = SearchRolloutFunc(env_kwargs, max_new_tokens=max_new_tokens, chat_template=chat_template)
     return GRPOTrainer(
         model=model,
         reward_funcs=list(reward_funcs or [env_reward]),
         args=args,
-        train_dataset=make_dataset(rollout_func.envs[0], limit=train_limit),
+        train_dataset=make_dataset(rollout_func.envs[0], limit=train_limit, curriculum=curriculum, seed=args.seed),
         processing_class=tokenizer,
         rollout_func=rollout_func,
+        callbacks=[*([RunSettingsCallback(run_settings)] if run_settings is not None else []), *callbacks] or None,
     )

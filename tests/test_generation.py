@@ -165,3 +165,66 @@ def test_smollm2_rollout_is_deterministic_and_keeps_sampled_ids(smollm2_dir):
         assert result.metrics["model_tokens"] == sum(tokens.loss_mask)
         eos_at = [i for i, t in enumerate(tokens.response_ids) if t == tok.eos_token_id]
         assert all(tokens.loss_mask[i] == 1 for i in eos_at)  # pad == EOS, yet generated EOS stays a model token
+
+
+def test_padding_after_a_stop_string_is_not_an_unsampled_eos(smollm2_dir):
+    """Rows that stop at a stop string are padded with pad == EOS while others go on; that EOS is not kept."""
+    torch.set_num_threads(1)
+    model, tok = load_policy(str(smollm2_dir))
+    assert tok.pad_token_id == tok.eos_token_id
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=12)
+    generator = HFGenerator(model, tok, sampling)
+    torch.manual_seed(0)
+    context = tok("The sea is", add_special_tokens=False)["input_ids"]
+    turns = generator.generate([context] * 6, ["e"], [12] * 6)  # "e" stops rows after different numbers of tokens
+    lengths = {len(t.token_ids) for t in turns}
+    assert len(lengths) > 1, "rows should stop at different lengths, so the shorter ones are padded"
+    for turn in turns:
+        assert len(turn.logprobs) == len(turn.token_ids)
+        text = tok.decode(turn.token_ids)
+        if "e" in text:  # stopped at the stop string: it is the end, nothing the model did not sample follows
+            assert turn.token_ids[-1] != tok.eos_token_id
+
+
+def test_sampled_length_tells_a_sampled_eos_from_padding(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    from searchenv.adapters.generation import sampled_length
+
+    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+    eos = tok.eos_token_id
+    action = tok("<search> Brosara </search>", add_special_tokens=False)["input_ids"]
+    stops = ["</search>", "</answer>"]
+    assert sampled_length(action + [eos, eos], {eos}, eos, stops, tok) == len(action)  # padding
+    words = tok("I am not sure.", add_special_tokens=False)["input_ids"]
+    assert sampled_length(words + [eos, eos], {eos}, eos, stops, tok) == len(words) + 1  # sampled EOS is kept
+    assert sampled_length(words, {eos}, eos, stops, tok) == len(words)  # ran to the cap
+    assert sampled_length(words + [0, 0], {eos}, 0, stops, tok) == len(words)  # pad differs from EOS
+
+
+def test_load_policy_gives_float32_master_weights_for_a_bf16_checkpoint(smollm2_dir, tmp_path):
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
+    )
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    assert '"bfloat16"' in (tmp_path / "config.json").read_text()
+    model, _ = load_policy(str(tmp_path))
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    model, _ = load_policy(str(tmp_path), dtype=None)  # the checkpoint's own dtype, for inference
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+
+
+def test_run_settings_round_trip_and_reject_incomplete_settings(tmp_path):
+    from searchenv.adapters.generation import RUN_KEYS, read_run_settings, write_run_settings
+
+    settings = {key: f"value-{key}" for key in RUN_KEYS} | {"retriever_options": {"nprobe": 8}, "max_turns": 2}
+    write_run_settings(tmp_path, settings, step=3)
+    assert read_run_settings(tmp_path) == settings | {"step": 3}
+    with pytest.raises(ValueError, match="reward"):
+        write_run_settings(tmp_path / "other", {k: v for k, v in settings.items() if k != "reward"})
+    with pytest.raises(FileNotFoundError, match="searchenv_run.json"):
+        read_run_settings(tmp_path / "missing")

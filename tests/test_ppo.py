@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 
@@ -9,11 +10,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from searchenv.adapters.generation import load_policy, make_envs
+from searchenv.adapters.generation import RUN_KEYS, load_policy, make_envs, read_run_settings
 from searchenv.adapters.ppo import (
     PPOConfig,
     Trainer,
     collate,
+    explained_variance,
     gae_advantages,
     grpo_advantages,
     policy_loss,
@@ -160,7 +162,10 @@ def test_a_step_of_each_algorithm_updates_the_policy(smollm2_dir, tmp_path, algo
         config.episodes_per_step, retriever="random", reward=WordCountReward(), max_turns=2, max_information_words=20
     )
     before = [p.detach().clone() for p in model.parameters()]
-    trainer = Trainer(model, tok, envs, config, log_path=tmp_path / "log.jsonl")
+    settings = {key: "x" for key in RUN_KEYS if key not in ("algorithm", "config")}
+    trainer = Trainer(
+        model, tok, envs, config, log_path=tmp_path / "log.jsonl", output_dir=tmp_path, run_settings=settings
+    )
     critic_before = trainer.critic.head.bias.detach().clone() if trainer.critic is not None else None
     (metrics,) = trainer.train()
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
@@ -168,9 +173,16 @@ def test_a_step_of_each_algorithm_updates_the_policy(smollm2_dir, tmp_path, algo
     if critic_before is not None:
         assert not torch.equal(critic_before, trainer.critic.head.bias)
     logged = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[0])
-    for key in ("reward", "model_tokens", "valid_searches", "invalid_actions", "kl", "loss", "reward/words"):
-        assert key in logged and logged[key] == pytest.approx(metrics[key])
-    assert logged["loss"] == logged["loss"]  # not NaN
+    keys = ["reward", "model_tokens", "valid_searches", "invalid_actions", "kl", "loss", "reward/words", "entropy"]
+    keys += ["approx_kl", "clipfrac", "grad_norm", "rollout_tokens_per_s", "update_tokens_per_s"]
+    keys += ["explained_variance", "value_loss"] if algorithm == "ppo" else []
+    for key in keys:
+        assert key in logged and logged[key] == pytest.approx(metrics[key], nan_ok=True)
+    assert logged["loss"] == logged["loss"] and logged["entropy"] > 0  # not NaN
+    # the checkpoint is saved by default at the end, with what replaying it needs
+    saved = read_run_settings(tmp_path / "final")
+    assert saved["algorithm"] == algorithm and saved["config"]["group_size"] == config.group_size
+    assert saved["config"]["value_clip"] == 0.5 and (tmp_path / "final" / "model.safetensors").exists()
 
 
 def test_config_and_trainer_reject_inconsistent_settings(policy):
@@ -193,7 +205,7 @@ def test_cli_options_reach_the_config_and_the_log_plots(tmp_path):
     words = ["--algorithm", "reinforce++", "--group-size", "1", "--chat-template", "off", "--lr", "2e-6"]
     parsed = commands.choices["train-ppo"].parse_args(words)
     assert parsed.options == words  # forwarded untouched to the script's own parser
-    args = train_ppo.build_parser().parse_args(words)
+    args = train_ppo.build_parser(words).parse_args(words)
     assert (args.algorithm, args.group_size, args.chat_template, args.lr) == ("reinforce++", 1, "off", 2e-6)
     log = tmp_path / "log.jsonl"
     log.write_text(
@@ -203,3 +215,82 @@ def test_cli_options_reach_the_config_and_the_log_plots(tmp_path):
     )
     train_ppo.plot_log(log, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- log-probabilities without the full-vocabulary tensor -----------------------------------------------------
+def test_chunked_logprobs_and_entropy_equal_the_full_log_softmax(policy):
+    model, tok = policy
+    episodes = [
+        _episode(tok, "Q one?", [("model", "<search> a </search>"), ("env", "<information>x</information>")]),
+        _episode(tok, "Question two?", [("model", "hmm <answer> b </answer>")]),
+    ]
+    batch = collate(episodes, [1.0, 0.0], tok.pad_token_id)
+    width = batch.input_ids.shape[1] - batch.prompt_width
+    with torch.no_grad():
+        positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions).logits
+        logits = logits[:, batch.prompt_width - 1 : -1].float() / 0.7
+        full = logits.log_softmax(-1)
+        expected = full.gather(-1, batch.input_ids[:, batch.prompt_width :].unsqueeze(-1)).squeeze(-1)
+        expected_entropy = -(full.exp() * full).sum(-1)
+        got, entropy = token_logprobs(model, batch, temperature=0.7, chunk=7, with_entropy=True)
+    assert got.shape == (2, width)
+    real = batch.response_mask > 0
+    assert torch.allclose(got[real], expected[real], atol=1e-4)
+    assert torch.allclose(entropy[real], expected_entropy[real], atol=1e-3)
+    # with autograd the chunks are recomputed in the backward pass; gradients flow to the weights
+    model.zero_grad(set_to_none=True)
+    token_logprobs(model, batch, chunk=5)[real].sum().backward()
+    assert model.get_output_embeddings().weight.grad.abs().sum() > 0
+    model.zero_grad(set_to_none=True)
+
+
+def test_explained_variance_is_one_for_a_perfect_critic_and_zero_for_a_constant_one():
+    mask = torch.tensor([[1.0, 1.0, 0.0, 1.0]])
+    returns = torch.tensor([[1.0, 2.0, 50.0, 3.0]])
+    assert explained_variance(returns, returns, mask) == pytest.approx(1.0)
+    assert explained_variance(torch.full_like(returns, 2.0), returns, mask) == pytest.approx(0.0)
+
+
+# -- configuration ------------------------------------------------------------------------------------------
+def test_paper_config_has_search_r1_batch_value_clip_and_entropy():
+    grpo = PPOConfig.paper("grpo")
+    assert (grpo.prompts_per_step, grpo.group_size, grpo.episodes_per_step) == (512, 5, 2560)
+    assert grpo.mini_batch_size == 256 * 5 and grpo.lr == 5e-7 and grpo.bf16
+    ppo = PPOConfig.paper("ppo")
+    assert (ppo.prompts_per_step, ppo.group_size, ppo.mini_batch_size, ppo.micro_batch_size) == (512, 1, 256, 64)
+    assert ppo.value_clip == 0.5 and ppo.entropy_coef == 0.001 and ppo.lr == 1e-6
+
+
+def test_trainer_refuses_low_precision_master_weights(policy):
+    model, tok = policy
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="float32"):
+        Trainer(
+            half, tok, make_envs(1, retriever="random"), PPOConfig(prompts_per_step=1, group_size=1, algorithm="ppo")
+        )
+
+
+def test_curriculum_draws_one_hop_questions_first(policy):
+    model, tok = policy
+    config = PPOConfig(prompts_per_step=4, group_size=1, algorithm="reinforce++", curriculum_steps=2, kl_coef=0.0)
+    trainer = Trainer(model, tok, make_envs(4, retriever="random"), config)
+    hops = [ex.metadata["hops"] for ex in trainer.examples]
+    assert {hops[i] for _ in range(5) for i in trainer.sample_indices()} == {1}
+    trainer.global_step = 2
+    assert max(hops[i] for _ in range(20) for i in trainer.sample_indices()) == 2
+
+
+def test_cpu_recipe_is_the_default_and_paper_switches_every_default(tmp_path):
+    from searchenv.adapters import train_ppo
+
+    args = train_ppo.build_parser([]).parse_args([])
+    assert (args.reward, args.demonstration, args.chat_template) == ("r1-searcher-stage1", True, "off")
+    assert args.curriculum_steps > 0 and args.output_dir
+    assert train_ppo.env_kwargs(args)["protocol"] == "search-r1-fewshot"
+    words = ["--paper", "--algorithm", "grpo", "--model", "/models/qwen", "--topk", "5"]
+    args = train_ppo.build_parser(words).parse_args(words)
+    assert (args.reward, args.demonstration, args.chat_template, args.max_turns) == ("em", False, "auto", 4)
+    assert (args.prompts_per_step, args.group_size, args.topk, args.bf16) == (512, 5, 5, True)
+    settings = train_ppo.run_settings(args, "grpo", {"lr": args.lr})
+    assert set(RUN_KEYS) <= set(settings) and settings["protocol"] == "search-r1"
