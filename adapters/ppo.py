@@ -121,6 +121,11 @@ class PPOConfig:
             raise ValueError("mini_batch_size must be a multiple of micro_batch_size")
         if self.curriculum_steps < 0 or self.logprob_chunk < 1:
             raise ValueError("curriculum_steps must be >= 0 and logprob_chunk >= 1")
+        if self.steps < 1 or self.prompts_per_step < 1 or self.group_size < 1:
+            raise ValueError(
+                f"steps, prompts_per_step and group_size must be at least 1, got steps={self.steps}, "
+                f"prompts_per_step={self.prompts_per_step}, group_size={self.group_size} (nothing would be trained)"
+            )
 
     @property
     def episodes_per_step(self) -> int:

@@ -80,36 +80,25 @@ PAPER_ENV: dict[str, Any] = {
 }
 
 
-def add_env_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-    """The environment and prompt options shared by ``train-ppo`` and ``train-trl`` (same names, same meaning).
+def add_env_arguments(parser: argparse.ArgumentParser) -> None:
+    """The environment options every searchenv command shares (:func:`searchenv.arguments.add_env_arguments`)
+    plus the two prompt options of the trainers, ``--demonstration`` and ``--chat-template``."""
+    from searchenv.arguments import add_env_arguments as add_shared
 
-    To be replaced by ``searchenv.cli.add_env_arguments`` once that shared group exists; the option names match.
-    """
-    env = parser.add_argument_group("environment")
-    env.add_argument("--dataset", default="world", help="'world', a dataset name or a jsonl/parquet path")
-    env.add_argument("--split", default="train")
-    env.add_argument("--corpus", default=None, help="passage jsonl (default: the world's corpus)")
-    env.add_argument("--retriever", default="bm25", help="'bm25', 'random', 'e5-exact', or http://host:port")
-    env.add_argument("--retriever-options", type=json.loads, default={}, help='retriever options, JSON: {"nprobe": 64}')
-    env.add_argument("--reward", default="format", help="reward spec name or file (em, f1, format, ...)")
-    env.add_argument("--topk", type=int, default=3)
-    env.add_argument("--max-turns", type=int, default=4, help="action budget B")
-    env.add_argument("--budget", default="actions", choices=["actions", "extra-answer-turn"])
-    env.add_argument("--protocol", default="search-r1")
-    env.add_argument(
+    add_shared(parser, reward="format")
+    prompt = parser.add_argument_group("prompt")
+    prompt.add_argument(
         "--demonstration",
         action=argparse.BooleanOptionalAction,
         default=False,
         help="prepend one worked example to the prompt (protocol search-r1-fewshot; helps very small models)",
     )
-    env.add_argument("--max-information-words", type=int, default=400, help="passage words per information block")
-    env.add_argument(
+    prompt.add_argument(
         "--chat-template",
         default="auto",
         choices=["auto", "on", "off"],
         help="wrap the prompt in the tokenizer's chat template ('off': plain text continuation)",
     )
-    return env
 
 
 def _protocol(args: argparse.Namespace) -> str:
@@ -127,20 +116,11 @@ def chat_template_flag(value: str) -> bool | None:
 
 
 def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """:class:`~searchenv.env.SearchQAEnv` arguments from parsed :func:`add_env_arguments` options."""
-    return {
-        "dataset": args.dataset,
-        "split": args.split,
-        "corpus": args.corpus,
-        "retriever": args.retriever,
-        "retriever_options": args.retriever_options,
-        "reward": args.reward,
-        "topk": args.topk,
-        "max_turns": args.max_turns,
-        "budget": args.budget,
-        "protocol": _protocol(args),
-        "max_information_words": args.max_information_words,
-    }
+    """:class:`~searchenv.env.SearchQAEnv` arguments, every option checked before a model or an index loads."""
+    from searchenv.arguments import env_kwargs as shared_kwargs
+
+    args.protocol = _protocol(args)
+    return shared_kwargs(args)
 
 
 def run_settings(args: argparse.Namespace, algorithm: str, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -215,7 +195,11 @@ def _paper_config(known: argparse.Namespace) -> dict[str, Any]:
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser, its defaults set to the CPU recipe or (``--paper`` in ``argv``) Search-R1's."""
-    parser = argparse.ArgumentParser(prog="python -m searchenv.adapters.train_ppo", description=__doc__.split("\n")[0])
+    from searchenv.arguments import HelpFormatter
+
+    parser = argparse.ArgumentParser(
+        prog="searchenv train-ppo", description=__doc__.split("\n")[0], formatter_class=HelpFormatter
+    )
     _add_arguments(parser)
     apply_recipe(parser, argv, _paper_config)
     return parser
@@ -233,7 +217,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="train with the built-in PPO/GRPO/REINFORCE++ loop (--help for options)",
     )
     parser.add_argument("options", nargs="*")
-    parser.set_defaults(handler=lambda args: main(args.options) or 0)
+    parser.set_defaults(handler=lambda args: main(args.options))
     return parser
 
 
@@ -280,12 +264,13 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
 
     if args.plot and not args.log:
         raise SystemExit("--plot needs --log (the curves are drawn from the log file)")
+    env_settings = env_kwargs(args)  # every option checked before the model loads
     torch.set_num_threads(args.threads)
     values = {f.name: getattr(args, f.name) for f in fields(PPOConfig) if f.name != "chat_template"}
     config = PPOConfig(**values, chat_template=chat_template_flag(args.chat_template))
     model, tokenizer = load_policy(args.model)  # float32 master weights; --bf16 adds autocast
     model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    envs = make_envs(config.episodes_per_step, **env_kwargs(args))
+    envs = make_envs(config.episodes_per_step, **env_settings)
     trainer = Trainer(
         model,
         tokenizer,
@@ -304,9 +289,16 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     return trainer.train(callback=redraw)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    run(build_parser(argv).parse_args(argv))
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, check every environment option before the model loads, then train; errors in searchenv's form."""
+    from searchenv.arguments import run_handler
+
+    def train(args: argparse.Namespace) -> int:
+        run(args)
+        return 0
+
+    return run_handler(train, build_parser(argv).parse_args(argv), "searchenv train-ppo")
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from searchenv.adapters.train_ppo import add_env_arguments, apply_recipe, chat_template_flag, env_kwargs, run_settings
+from searchenv.arguments import positive_int
 
 __all__ = ["TRL_CPU_RECIPE", "TRL_PAPER", "add_parser", "build_parser", "main", "make_config", "run"]
 
@@ -82,7 +83,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--max-new-tokens", type=int, default=500, help="per-turn generation cap")
     model.add_argument("--temperature", type=float, default=1.0)
     model.add_argument("--top-p", type=float, default=1.0)
-    model.add_argument("--max-steps", type=int, default=2)
+    model.add_argument("--max-steps", type=positive_int, default=2)
     model.add_argument("--logging-steps", type=int, default=1)
     model.add_argument("--save-steps", type=int, default=0, help="0: save only at the end")
     model.add_argument("--seed", type=int, default=0)
@@ -97,7 +98,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser, its defaults set to the CPU recipe or (``--paper`` in ``argv``) Search-R1's."""
-    parser = argparse.ArgumentParser(prog="python -m searchenv.adapters.train_trl", description=__doc__.split("\n")[0])
+    from searchenv.arguments import HelpFormatter
+
+    parser = argparse.ArgumentParser(
+        prog="searchenv train-trl", description=__doc__.split("\n")[0], formatter_class=HelpFormatter
+    )
     _add_arguments(parser)
     parser.set_defaults(**TRL_CPU_RECIPE)
     apply_recipe(parser, argv, lambda _: TRL_PAPER)
@@ -113,7 +118,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="train with TRL's GRPOTrainer (--help for options)",
     )
     parser.add_argument("options", nargs="*")
-    parser.set_defaults(handler=lambda args: main(args.options) or 0)
+    parser.set_defaults(handler=lambda args: main(args.options))
     return parser
 
 
@@ -160,6 +165,7 @@ def run(args: argparse.Namespace) -> Any:
 
     if args.plot and not args.log:
         raise SystemExit("--plot needs --log (the curves are drawn from the log file)")
+    env_settings = env_kwargs(args)  # every option checked before the model loads
     title = f"TRL GRPO on {args.dataset}, {args.model}, reward {args.reward}"
     callbacks = (
         [JsonlLogCallback(args.log, lambda: args.plot and plot_log(args.log, args.plot, title))] if args.log else []
@@ -173,7 +179,7 @@ def run(args: argparse.Namespace) -> Any:
         model,
         tokenizer,
         config,
-        env_kwargs(args),
+        env_settings,
         max_new_tokens=args.max_new_tokens,
         train_limit=args.train_limit,
         chat_template=chat_template_flag(args.chat_template),
@@ -190,9 +196,16 @@ def run(args: argparse.Namespace) -> Any:
     return trainer
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    run(build_parser(argv).parse_args(argv))
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, check every environment option before the model loads, then train; errors in searchenv's form."""
+    from searchenv.arguments import run_handler
+
+    def train(args: argparse.Namespace) -> int:
+        run(args)
+        return 0
+
+    return run_handler(train, build_parser(argv).parse_args(argv), "searchenv train-trl")
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
