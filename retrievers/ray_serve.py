@@ -19,15 +19,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from searchenv.retrievers.server_app import ServerConfig, build_retriever, create_app
 from searchenv.types import Corpus, Passage
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
-
-    from searchenv.retrievers.sparse import NativeEngine
 
 __all__ = [
     "IndexShard",
@@ -51,33 +47,20 @@ def shard_bounds(num_passages: int, shards: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
-def _slice_postings(engine: NativeEngine, lo: int, hi: int) -> NativeEngine:
-    """The postings of passages ``[lo, hi)`` of a native BM25 index, renumbered from 0, impacts unchanged."""
-    from searchenv.retrievers.sparse import NativeEngine
-
-    keep = (engine.docs >= lo) & (engine.docs < hi)
-    counts = np.add.reduceat(keep.astype(np.int64), engine.indptr[:-1]) if len(keep) else np.zeros(0, np.int64)
-    counts[np.diff(engine.indptr) == 0] = 0  # reduceat reads the next term's first posting for empty terms
-    indptr = np.zeros(len(engine.indptr), dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    docs = (engine.docs[keep] - lo).astype(engine.docs.dtype)
-    impacts = np.ascontiguousarray(engine.impacts[keep])
-    max_impacts = np.zeros(len(counts), dtype=engine.max_impacts.dtype)
-    present = counts > 0
-    if present.any():
-        max_impacts[present] = np.maximum.reduceat(impacts, indptr[:-1][present])
-    return NativeEngine(engine.vocabulary, indptr, docs, impacts, max_impacts, hi - lo, engine.threads)
-
-
 class IndexShard:
     """Passages ``[lo, hi)`` of a corpus with their part of the whole corpus's native BM25 index.
 
-    Built from the full index (memory-mapped from ``config.index_dir`` when given, so building a shard reads the
-    postings once and keeps only its own), which is what keeps scores identical to the unsharded index.
+    The shard's own index is built over its passages with the *whole* index's collection statistics
+    (:class:`~searchenv.retrievers.sparse.CollectionStats`: document frequencies, passage count, total length),
+    so its idf, length norms and block bounds — and every score — are the unsharded index's, while it holds only
+    its own postings.
     """
 
     def __init__(self, config: ServerConfig, lo: int, hi: int):
+        import tempfile
+
         from searchenv.retrievers.bm25 import BM25Retriever
+        from searchenv.retrievers.sparse import CollectionStats, NativeEngine, build_native_index
 
         full = build_retriever(config)
         if not isinstance(full, BM25Retriever) or full.engine_name != "native":
@@ -85,10 +68,18 @@ class IndexShard:
                 f"sharding needs the native BM25 engine (retriever='bm25'), got {config.retriever!r} "
                 f"{config.options}; replicate other engines with build_application instead"
             )
+        whole = full._engine  # noqa: SLF001 - the shard reads the whole index's statistics once
+        stats = CollectionStats.of_index(whole.directory)
         corpus = full.corpus
         self.lo, self.hi = lo, hi
         self.corpus = Corpus(corpus.ids[lo:hi], corpus.titles[lo:hi], corpus.texts[lo:hi], source=corpus.source)
-        self._engine = _slice_postings(full._engine, lo, hi)  # noqa: SLF001 - the shard owns its cut of the index
+        scratch = tempfile.TemporaryDirectory(prefix="searchenv-shard-")
+        texts = (corpus.search_text(i) for i in range(lo, hi))
+        build_native_index(
+            texts, scratch.name, whole.k1, whole.b, num_docs=hi - lo, show_progress=False, collection=stats
+        )
+        self._engine = NativeEngine(scratch.name, whole.threads, scratch=scratch)
+        full.close()
 
     def search(self, queries: Sequence[str], k: int) -> list[list[ShardHit]]:
         """This shard's top-``k`` per query as (score, global position, passage); blank queries find nothing."""

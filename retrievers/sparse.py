@@ -27,8 +27,9 @@ import multiprocessing
 import operator
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
 from itertools import compress, repeat
 from pathlib import Path
 
@@ -63,6 +64,31 @@ DEFAULT_MERGE_POSTINGS = 16_000_000
 _ANALYSE_CHUNK = 20_000  # passages tokenised per vectorised step inside a segment
 _PARALLEL_MIN_DOCS = 50_000  # below this a worker pool costs more than it saves
 _FILES = ("idf", "norms", "norm_cache", "term_blocks", "term_max", "block_last", "block_offset", "block_max")
+
+
+@dataclass(frozen=True)
+class CollectionStats:
+    """The counts BM25's weights come from: document frequency per term, passages with a term, total length.
+
+    An index built over a *part* of a corpus with the whole corpus's statistics scores every passage exactly as
+    the whole index does (idf, average length and therefore every block bound are the whole's): how a sharded
+    index stays identical to the unsharded one (:mod:`searchenv.retrievers.ray_serve`).
+    """
+
+    doc_freq: Mapping[str, int]
+    doc_count: int
+    total_length: int
+
+    @classmethod
+    def of_index(cls, directory: str | Path) -> CollectionStats:
+        """The statistics a native index directory recorded when it was built."""
+        directory = Path(directory)
+        meta = json.loads((directory / "native.json").read_text(encoding="utf-8"))
+        terms = (directory / "terms.txt").read_text(encoding="utf-8")
+        doc_freq = np.load(directory / "doc_freq.npy")
+        return cls(
+            dict(zip(terms.split("\n") if terms else [], doc_freq.tolist())), meta["doc_count"], meta["total_length"]
+        )
 
 
 # ------------------------------------------------------------------------------------------------ Lucene norms
@@ -209,13 +235,27 @@ class _SegmentWriter:
         self.segments.append(sum(len(x) for x in self.lengths))
         self.lengths.append(lengths)
 
-    def merge(self, directory: Path, k1: float, b: float, merge_postings: int, show_progress: bool) -> None:
-        """Write the final index: idf and norms from the global counts, then bit-packed blocks term range by range."""
+    def merge(
+        self,
+        directory: Path,
+        k1: float,
+        b: float,
+        merge_postings: int,
+        show_progress: bool,
+        collection: CollectionStats | None = None,
+    ) -> None:
+        """Write the final index: idf and norms from the global counts, then bit-packed blocks term range by range.
+
+        ``collection`` replaces this build's own counts in the weights (a shard of a bigger corpus).
+        """
         lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int32)
         vocab_size = len(self.term_ids)
-        idf, cache = _lucene_weights(
-            self.doc_freq, int(np.count_nonzero(lengths)), int(lengths.sum(dtype=np.int64)), k1, b
-        )
+        doc_count, total_length = int(np.count_nonzero(lengths)), int(lengths.sum(dtype=np.int64))
+        if collection is None:
+            idf, cache = _lucene_weights(self.doc_freq, doc_count, total_length, k1, b)
+        else:
+            whole = np.fromiter((collection.doc_freq[t] for t in self.term_ids), np.int64, vocab_size)
+            idf, cache = _lucene_weights(whole, collection.doc_count, collection.total_length, k1, b)
         norms = norm_byte(lengths)
         segments = [
             tuple(
@@ -267,7 +307,16 @@ class _SegmentWriter:
         for name, array in zip(_FILES, arrays, strict=True):
             np.save(directory / f"{name}.npy", array)
         (directory / "terms.txt").write_text("\n".join(self.term_ids), encoding="utf-8")
-        meta = {"num_docs": len(lengths), "postings": total, "terms": vocab_size, "k1": k1, "b": b}
+        np.save(directory / "doc_freq.npy", self.doc_freq)  # the statistics a shard of this corpus scores with
+        meta = {
+            "num_docs": len(lengths),
+            "postings": total,
+            "terms": vocab_size,
+            "k1": k1,
+            "b": b,
+            "doc_count": doc_count,
+            "total_length": total_length,
+        }
         (directory / "native.json").write_text(json.dumps(meta), encoding="utf-8")
 
     def _gather(self, segments, t0: int, t1: int, chunk_indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -332,6 +381,7 @@ def build_native_index(
     merge_postings: int = DEFAULT_MERGE_POSTINGS,
     num_docs: int | None = None,
     show_progress: bool = True,
+    collection: CollectionStats | None = None,
 ) -> int:
     """Build a native index of ``passages`` into the (new or empty) ``directory``; returns the passage count.
 
@@ -376,7 +426,7 @@ def build_native_index(
                 writer.add(_analyse_segment(segment))
                 progress.update(len(segment))
         progress.close()
-        writer.merge(directory, k1, b, merge_postings, show_progress)
+        writer.merge(directory, k1, b, merge_postings, show_progress, collection)
         return sum(len(x) for x in writer.lengths)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -665,6 +715,7 @@ class NativeEngine:
 
     def __init__(self, directory: str | Path, threads: int, scratch: tempfile.TemporaryDirectory | None = None):
         directory = Path(directory)
+        self.directory = directory
         meta_path = directory / "native.json"
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -678,6 +729,7 @@ class NativeEngine:
             ) from None
         self.vocabulary = text.split("\n") if text else []
         self.num_docs = int(meta["num_docs"])
+        self.k1, self.b = float(meta["k1"]), float(meta["b"])
         consistent = (
             len(self.vocabulary) == meta["terms"] == len(arrays["idf"]) == len(arrays["term_blocks"]) - 1
             and len(arrays["norms"]) == self.num_docs

@@ -39,6 +39,7 @@ from searchenv.adapters.verl import SearchEnvAgentLoop, compute_score, merge_ser
 from searchenv.adapters.verl_data import AGENT_NAME, PAPER_EVAL, add_parser, episode_env, eval_split, row_example
 from searchenv.adapters.verl_data import main as verl_data_main
 from searchenv.adapters.verl_launch import LAUNCH_FILES, launch_file
+from searchenv.protocol import PROTOCOLS
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT_YAML = REPO / "adapters" / "verl_configs" / "agent_loop.yaml"
@@ -242,7 +243,7 @@ def test_failed_search_is_observed_and_the_episode_goes_on(hotpot_rows, qwen_tok
     output = run_loop(server, qwen_tokenizer, hotpot_rows[1], env=dead)
     assert output.reward_score == 1.0 and output.response_logprobs is None
     inserted = qwen_tokenizer.decode([t for t, m in zip(output.response_ids, output.response_mask) if m == 0])
-    assert inserted.startswith("\n\n<information>The search failed") and inserted.endswith("</information>\n\n")
+    assert inserted == PROTOCOLS["search-r1"].format_error()  # the fixed text: no URL reaches the policy
     assert output.extra_fields["reward_extra_info"]["num_searches"] == 0.0
 
 
