@@ -316,7 +316,9 @@ def rollout(
     for i, env in enumerate(envs):
         options = {"index": int(indices[i])} if indices is not None else None
         obs, info = env.reset(seed=None if seed is None else seed + i, options=options)
-        builders.append(EpisodeTokens(tokenizer, encode_prompt(tokenizer, obs, chat_template=sampling.chat_template)))
+        protocol = env.unwrapped.protocol  # tool-call protocols: tools declared, tool turns framed by the template
+        prompt_ids = encode_prompt(tokenizer, obs, chat_template=sampling.chat_template, tools=info.get("tools"))
+        builders.append(EpisodeTokens(tokenizer, prompt_ids, protocol))
         stop_strings.append(list(info.get("stop_strings") or env.unwrapped.protocol.stop_strings))
     metrics = [{"num_turns": 0.0, "invalid_actions": 0.0, "truncated": 0.0} for _ in envs]
     final_infos: list[dict[str, Any]] = [{} for _ in envs]

@@ -144,7 +144,7 @@ class SearchEnvAgentLoop(AgentLoopBase):
         conversation = choose_conversation(messages, env.episode.prompt, env.protocol, self.prompt_mode)
         prompt_ids = await self.ct_build_initial_tokens(conversation)
 
-        tokens = EpisodeTokens(self.tokenizer, prompt_ids)
+        tokens = EpisodeTokens(self.tokenizer, prompt_ids, env.protocol)
         params = dict(sampling_params)
         if self.stop:
             params["stop"] = list(info["stop_strings"])

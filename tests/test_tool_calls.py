@@ -219,3 +219,18 @@ def test_a_megabyte_of_arguments_is_read_not_feared() -> None:
     info = env.step(call(query="q" * 1_000_000))[4]
     assert info["action"] == "search" and info["query_clipped"] and len(info["query"]) == env.max_query_chars
     assert load_reward("em")(Rollout.from_episode(env.episode)).reward == 0.0
+
+
+@pytest.mark.slow
+def test_our_rollout_plays_the_tool_call_protocol_with_exact_masks(smollm2_dir: Path) -> None:
+    """Our loop by configuration: the rollout declares the tools and frames tool turns with real role tokens."""
+    from searchenv.adapters.generation import HFGenerator, SamplingConfig, load_policy, rollout
+
+    model, tokenizer = load_policy(str(smollm2_dir))
+    sampling = SamplingConfig(max_new_tokens=24, max_total_tokens=1024)
+    env = SearchQAEnv(dataset=QUESTIONS, retriever=ScriptedRetriever(), protocol="tool-call", max_turns=2)
+    (result,) = rollout([env], HFGenerator(model, tokenizer, sampling), sampling, indices=[0], seed=0)
+    tokens = result.tokens
+    assert '"name": "search"' in tokenizer.decode(tokens.prompt_ids)  # declared (SmolLM2's template ignores tools=)
+    model_text = tokenizer.decode([i for i, m in zip(tokens.response_ids, tokens.loss_mask) if m])
+    assert model_text.replace(tokenizer.eos_token, "") in env.episode.model_text + env.episode.response_text
