@@ -405,14 +405,16 @@ def load_policy(name_or_path: str, cache_dir: str | os.PathLike[str] | None = No
     stored weights. ``dtype=None`` keeps the checkpoint's own dtype (inference).
 
     A packaged GGUF model is de-quantised to a regular ``transformers`` checkpoint once (about 20 s for
-    SmolLM2-135M) and saved under ``cache_dir`` (default ``$SEARCHENV_CACHE`` or ``~/.cache/searchenv``), so
+    SmolLM2-135M) and saved under ``cache_dir`` (default ``$SEARCHENV_CACHE_DIR`` or ``~/.cache/searchenv``), so
     later loads take well under a second and the weights can be trained in full precision.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(name_or_path)
     if name_or_path in MODEL_ALIASES:
-        root = Path(cache_dir or os.environ.get("SEARCHENV_CACHE") or Path.home() / ".cache" / "searchenv")
+        from searchenv.cache import cache_root
+
+        root = cache_root(cache_dir)
         path = root / "models" / name_or_path
         if not (path / "config.json").exists():
             from searchenv.assets import smollm2_gguf

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from searchenv.arguments import non_negative_int, positive_int
+from searchenv.cache import cache_root
 from searchenv.components import DEFAULT_SPLIT
 from searchenv.types import Corpus, QAExample, Retriever
 
 __all__ = ["StudyRow", "add_study_parser", "evaluate_engine", "markdown_table", "run_study", "write_csv", "write_plot"]
 
-DEFAULT_INDEX_ROOT = Path(os.environ.get("SEARCHENV_CACHE", Path.home() / ".cache" / "searchenv")) / "indexes"
 DEFAULT_ENGINES = ["random", "bm25", "e5-hnsw", "e5-exact"]
 _DENSE = ("e5-exact", "e5-hnsw")
 
@@ -99,7 +99,7 @@ def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
     study.add_argument(
         "--index-root",
         default=None,
-        help="cache for vectors and indexes (default: $SEARCHENV_CACHE/indexes, else ~/.cache/searchenv/indexes)",
+        help="cache for vectors and indexes (default: $SEARCHENV_CACHE_DIR/indexes, else ~/.cache/searchenv/indexes)",
     )
     study.add_argument("--ef-search", type=positive_int, default=16, help="HNSW efSearch (16 = faiss default)")
     study.add_argument("--batch-size", type=positive_int, default=64, help="questions per search call (QPS)")
@@ -250,7 +250,7 @@ def run_study(args: argparse.Namespace) -> int:
     from searchenv.components import load_corpus, load_examples
 
     check_study_arguments(args)
-    args.index_root = args.index_root or str(DEFAULT_INDEX_ROOT)
+    args.index_root = args.index_root or str(cache_root() / "indexes")
     out = Path(args.output)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from searchenv.arguments import key_value
 from searchenv.evaluation.baselines import METHODS
 from searchenv.evaluation.checkpoint import REPLAYED, read_run_settings, replay_settings
 from searchenv.evaluation.evalset import eval_split, subsample
@@ -82,7 +83,14 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--data-dir", default=None, help="local folder with <name>/<split>.jsonl (else the hub)")
     data.add_argument("--corpus", default=None, help="passage jsonl (default: the world's corpus)")
     data.add_argument("--retrievers", "--retriever", default="bm25", help="comma list: bm25,random,e5-exact,...")
-    data.add_argument("--retriever-option", action="append", default=[], help="KEY=VALUE for every retriever")
+    data.add_argument(
+        "--retriever-option",
+        action="append",
+        type=key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="engine option for every retriever, repeatable (VALUE read as JSON when it can be)",
+    )
     data.add_argument("--reward", default="em", help="reward spec of the 'reward' column (default: em)")
     data.add_argument("--limit", type=int, default=None, help="questions per dataset (seeded subsample)")
     data.add_argument("--seed", type=int, default=0, help="seed of the subsample and of sampling (default: 0)")
@@ -150,23 +158,14 @@ def _datasets(args: argparse.Namespace) -> dict[str, list[tuple[str, QAExample]]
 
 
 def _retriever_options(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for item in args.retriever_option:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--retriever-option {item!r}: expected KEY=VALUE")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return options
+    return dict(args.retriever_option)  # (key, value) pairs parsed by searchenv.arguments.key_value
 
 
 def _validate_retrievers(names: list[str]) -> None:
     from searchenv.retrievers import check_retriever_options
 
     for name in names:
-        check_retriever_options(name, {})
+        check_retriever_options(name, {})  # options are checked per engine when each is built
 
 
 def _build_retrievers(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
