@@ -27,6 +27,7 @@ __all__ = [
     "cut_at_action_end",
     "defuse_special_tokens",
     "encode_prompt",
+    "render_prompt",
     "tokenize_episode",
 ]
 
@@ -62,6 +63,35 @@ class TokenizedEpisode:
         return sum(self.loss_mask)
 
 
+def render_prompt(
+    tokenizer: Any,
+    prompt_text: str,
+    chat_template: bool | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> tuple[str, bool]:
+    """The prompt as the model reads it, and whether a chat template wrapped it (see :func:`encode_prompt`).
+
+    For servers that take text (an OpenAI-compatible completions endpoint) as well as for token ids.
+    """
+    from searchenv.tool_calls import declare_tools
+
+    use_template = chat_template if chat_template is not None else bool(getattr(tokenizer, "chat_template", None))
+    prompt_text = defuse_special_tokens(prompt_text, tokenizer)
+    if not use_template:
+        return (declare_tools(prompt_text, list(tools)) if tools else prompt_text), False
+    messages = [{"role": "user", "content": prompt_text}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if tools:
+        with_tools = tokenizer.apply_chat_template(
+            messages, tools=list(tools), tokenize=False, add_generation_prompt=True
+        )
+        if with_tools == text:  # the template ignores tools= (SmolLM2): declare them in the prompt
+            messages = [{"role": "user", "content": declare_tools(prompt_text, list(tools))}]
+            with_tools = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = with_tools
+    return text, True
+
+
 def encode_prompt(
     tokenizer: Any,
     prompt_text: str,
@@ -76,25 +106,8 @@ def encode_prompt(
     ``tools`` (tool-call protocols: ``info["tools"]``) go to the template's ``tools=`` argument; a template
     that ignores them, or no template, gets them declared in the prompt text instead.
     """
-    from searchenv.tool_calls import declare_tools
-
-    use_template = chat_template if chat_template is not None else bool(getattr(tokenizer, "chat_template", None))
-    prompt_text = defuse_special_tokens(prompt_text, tokenizer)
-    if use_template:
-        messages = [{"role": "user", "content": prompt_text}]
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        if tools:
-            with_tools = tokenizer.apply_chat_template(
-                messages, tools=list(tools), tokenize=False, add_generation_prompt=True
-            )
-            if with_tools == text:  # the template ignores tools= (SmolLM2): declare them in the prompt
-                messages = [{"role": "user", "content": declare_tools(prompt_text, list(tools))}]
-                with_tools = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            text = with_tools
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    if tools:
-        prompt_text = declare_tools(prompt_text, list(tools))
-    return list(tokenizer(prompt_text, add_special_tokens=True)["input_ids"])
+    text, templated = render_prompt(tokenizer, prompt_text, chat_template, tools)
+    return list(tokenizer(text, add_special_tokens=not templated)["input_ids"])
 
 
 _WORD_JOINER = "\u2060"

@@ -234,3 +234,14 @@ def test_our_rollout_plays_the_tool_call_protocol_with_exact_masks(smollm2_dir: 
     assert '"name": "search"' in tokenizer.decode(tokens.prompt_ids)  # declared (SmolLM2's template ignores tools=)
     model_text = tokenizer.decode([i for i, m in zip(tokens.response_ids, tokens.loss_mask) if m])
     assert model_text.replace(tokenizer.eos_token, "") in env.episode.model_text + env.episode.response_text
+
+
+def test_eval_policies_declare_the_tools_of_a_tool_call_protocol(qwen_tokenizer) -> None:
+    from searchenv.evaluation.policies import Context, _chat_text, _prompt_ids
+
+    protocol = PROTOCOLS["tool-call"]
+    context = Context("Who founded it?", "", protocol.tools_json)
+    text = _chat_text(qwen_tokenizer, context, None)
+    assert '"name": "search"' in text and text.endswith("<|im_start|>assistant\n")
+    assert qwen_tokenizer.decode(_prompt_ids(qwen_tokenizer, context, None)) == text
+    assert '"name": "search"' not in _chat_text(qwen_tokenizer, Context("Who founded it?", ""), None)

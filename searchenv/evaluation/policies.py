@@ -37,10 +37,15 @@ class PolicyError(RuntimeError):
 
 
 class Context(NamedTuple):
-    """One conversation to continue: the environment's prompt and the response so far."""
+    """One conversation to continue: the environment's prompt, the response so far, the tools it declares."""
 
     prompt: str
     response: str
+    tools: tuple[str, ...] = ()  # JSON schemas (protocol.tools_json) of tool-call protocols
+
+    @property
+    def tool_schemas(self) -> list[dict[str, Any]] | None:
+        return [json.loads(t) for t in self.tools] or None
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,7 @@ class Policy(TypingProtocol):
 def _prompt_ids(tokenizer: Any, context: Context, chat_template: bool | None) -> list[int]:
     from searchenv.tokenization import encode_prompt
 
-    ids = encode_prompt(tokenizer, context.prompt, chat_template=chat_template)
+    ids = encode_prompt(tokenizer, context.prompt, chat_template=chat_template, tools=context.tool_schemas)
     if context.response:
         ids += tokenizer(context.response, add_special_tokens=False)["input_ids"]
     return ids
@@ -93,13 +98,9 @@ def _prompt_ids(tokenizer: Any, context: Context, chat_template: bool | None) ->
 
 def _chat_text(tokenizer: Any, context: Context, chat_template: bool | None) -> str:
     """The prompt as text, wrapped in the tokenizer's chat template when asked, with the response appended."""
-    use = chat_template if chat_template is not None else bool(getattr(tokenizer, "chat_template", None))
-    if not use:
-        return context.prompt + context.response
-    head = tokenizer.apply_chat_template(
-        [{"role": "user", "content": context.prompt}], tokenize=False, add_generation_prompt=True
-    )
-    return head + context.response
+    from searchenv.tokenization import render_prompt
+
+    return render_prompt(tokenizer, context.prompt, chat_template, context.tool_schemas)[0] + context.response
 
 
 class LocalPolicy:
@@ -274,6 +275,8 @@ class EndpointPolicy:
             if context.response:
                 messages.append({"role": "assistant", "content": context.response})
             body["messages"] = messages
+            if context.tools:
+                body["tools"] = context.tool_schemas
             path = "/v1/chat/completions"
         body.update(self.extra_body)
         return path, body

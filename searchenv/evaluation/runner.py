@@ -194,7 +194,7 @@ def _play_batch(envs: Sequence[Any], policy: Policy, cell: Cell, indices: Sequen
         searchenv.step_batch(envs, forced)  # RAG: the harness's retrieval (budget 2: it cannot end the episode)
     active = [j for j, env in enumerate(envs) if not env.episode.done]
     while active:
-        contexts = [Context(prompts[j], envs[j].episode.response_text) for j in active]
+        contexts = [Context(prompts[j], envs[j].episode.response_text, protocol.tools_json) for j in active]
         generations = policy.generate(contexts, protocol.stop_strings)
         stepping = []
         for j, generation in zip(active, generations):
