@@ -2,6 +2,8 @@
 
 1. Overhead: parse + format + reward with retrieval excluded (a retriever that returns ready passages),
    p50/p99 per action kind; skyrl-gym's ``search`` env answering the same way is measured in the same run.
+   Reward parts and episode metrics are computed when first read, so the answer step is timed both with the
+   ``info`` left unread (a trainer that uses the reward only) and with every part and metric read.
 2. ``make_vec`` with N envs and the bm25 retriever on ../shared/data/corpus/union.jsonl (NQ questions as
    queries): environment steps per second, one batched search per vector step.
 
@@ -49,20 +51,24 @@ def overhead(steps: int, corpus: Corpus) -> list[tuple[str, float, float, float]
         for reward in ("em", "format")
     }
     rows = []
+    answer = "<think>I know it.</think>\n<answer> {a} </answer>"
     cases = {
-        "search (parse + format block)": ("em", "<think>I should look this up.</think>\n<search> {q} </search>"),
-        "answer (parse + `em` spec, all parts)": ("em", "<think>I know it.</think>\n<answer> {a} </answer>"),
-        "answer (parse + `format` spec, all parts)": ("format", "<think>I know it.</think>\n<answer> {a} </answer>"),
-        "invalid (parse + hint)": ("em", "I am not sure what {q} means"),
+        "search (parse + format block)": ("em", "<think>I should look this up.</think>\n<search> {q} </search>", False),
+        "answer, `em` spec (parts not read)": ("em", answer, False),
+        "answer, `em` spec, every part and metric read": ("em", answer, True),
+        "answer, `format` spec (parts not read)": ("format", answer, False),
+        "invalid (parse + hint)": ("em", "I am not sure what {q} means", False),
     }
-    for name, (reward, template) in cases.items():
+    for name, (reward, template, read_parts) in cases.items():
         env = envs[reward]
         samples = []
         for i in range(steps):
             _, info = env.reset(options={"index": i % len(questions)})
             action = template.format(q=info["question"], a=info["golden_answers"][0])
             start = time.perf_counter_ns()
-            env.step(action)
+            _, _, _, _, info = env.step(action)
+            if read_parts:  # what a logger that keeps every part pays
+                dict(info["reward_parts"]), dict(info["episode"])
             samples.append(time.perf_counter_ns() - start)
         rows.append((f"searchenv {name}", *percentiles(samples)))
     rows.append(("searchenv reset", *percentiles(_time_resets(env, steps))))

@@ -26,7 +26,7 @@ __all__ = ["RewardResult", "RewardSpec", "Rollout"]
 
 
 def _golds(golden_answers: str | Iterable[str]) -> tuple[str, ...]:
-    return (golden_answers,) if isinstance(golden_answers, str) else tuple(str(g) for g in golden_answers)
+    return (golden_answers,) if isinstance(golden_answers, str) else tuple(map(str, golden_answers))
 
 
 @dataclass(frozen=True)
@@ -90,12 +90,13 @@ class Rollout:
         credit_searches: bool = True,
     ) -> Rollout:
         proto = get_protocol(protocol)
+        record = facts(turns, proto, credit_searches=credit_searches)
         return cls(
             question=question,
             golden_answers=_golds(golden_answers),
             protocol=proto,
-            facts=facts(turns, proto, credit_searches=credit_searches),
-            turns=tuple(turns),
+            facts=record,
+            turns=record.turns,
             extras=dict(extras or {}),
         )
 

@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 
 import yaml
 
+from searchenv.lazy import LazyDict, computed_once
 from searchenv.reward_specs.base import RewardResult, RewardSpec, Rollout
 from searchenv.reward_specs.metrics import (
     answer_in_passages,
@@ -78,41 +79,61 @@ _MAX_BASE_DEPTH = 8
 
 
 # -- measurements every formula starts from --------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class _Measured:
-    prediction: str | None
-    scores: dict[str, float]  # em, f1, cem
-    format_ok: bool
-    retrieval_hit: bool
-    num_searches: int
+PART_NAMES: tuple[str, ...] = ("answer_score", "em", "f1", "cem", "format_ok", "retrieval_hit", "num_searches")
 
-    def parts(self, metric: str) -> dict[str, float]:
-        return {
-            "answer_score": self.scores[metric],
-            **self.scores,
-            "format_ok": float(self.format_ok),
-            "retrieval_hit": float(self.retrieval_hit),
-            "num_searches": float(self.num_searches),
-        }
+
+class _Measured:
+    """Scores, format verdict and retrieval hit of a rollout: each computed the first time a spec or a reader
+    of the parts needs it, then kept, however many specs score the same rollout.
+
+    A spec's reward reads only what its formula uses (``em`` reads the scores, never the format grammar or the
+    passages); the rest of the parts are a :class:`~searchenv.lazy.LazyDict`, computed when read.
+    """
+
+    def __init__(self, rollout: Rollout):
+        self._rollout = rollout
+
+    @computed_once
+    def scores(self) -> dict[str, float]:  # em, f1, cem
+        return answer_scores(self._rollout.prediction, self._rollout.golden_answers)
+
+    @computed_once
+    def format_ok(self) -> bool:
+        rollout = self._rollout
+        if rollout.protocol.answer_mode == "tag":
+            return check_format(rollout.response, rollout.protocol).ok
+        return check_turns(rollout.turns).ok
+
+    @computed_once
+    def retrieval_hit(self) -> bool:
+        return answer_in_passages(self._rollout.golden_answers, self._rollout.retrieved_texts)
+
+    @property
+    def num_searches(self) -> int:
+        return self._rollout.num_searches
+
+    def parts(self, metric: str, **known: float) -> LazyDict:
+        """The dashboard parts (:data:`PART_NAMES` plus the ``known`` ones a formula computed already), computed
+        at the first read."""
+
+        def compute() -> dict[str, float]:
+            return {
+                "answer_score": self.scores[metric],
+                **self.scores,
+                "format_ok": float(self.format_ok),
+                "retrieval_hit": float(self.retrieval_hit),
+                "num_searches": float(self.num_searches),
+                **known,
+            }
+
+        return LazyDict((*PART_NAMES, *known), compute)
 
 
 def _measure(rollout: Rollout) -> _Measured:
-    """Scores, format verdict and retrieval hit of a rollout, computed once however many specs read them."""
+    """The rollout's one :class:`_Measured`, shared by every spec that scores it."""
     measured = rollout.memo.get("measured")
     if measured is None:
-        prediction = rollout.prediction
-        golds = rollout.golden_answers
-        measured = rollout.memo["measured"] = _Measured(
-            prediction=prediction,
-            scores=answer_scores(prediction, golds),
-            format_ok=(
-                check_format(rollout.response, rollout.protocol).ok
-                if rollout.protocol.answer_mode == "tag"
-                else check_turns(rollout.turns).ok
-            ),
-            retrieval_hit=answer_in_passages(golds, rollout.retrieved_texts),
-            num_searches=rollout.num_searches,
-        )
+        measured = rollout.memo["measured"] = _Measured(rollout)
     return measured
 
 
@@ -345,9 +366,11 @@ class RSearchReward(_Formula):
         answer_ok = single_block(rollout.model_text, rollout.protocol.answer_tags, rollout.protocol).ok
         answer_score = measured.scores[self.metric]
         reward = answer_score + evidence_score + self.gamma_e * evidence_ok + self.gamma_a * answer_ok
-        parts = measured.parts(self.metric)
-        parts.update(
-            evidence_score=evidence_score, evidence_format_ok=float(evidence_ok), answer_format_ok=float(answer_ok)
+        parts = measured.parts(
+            self.metric,
+            evidence_score=evidence_score,
+            evidence_format_ok=float(evidence_ok),
+            answer_format_ok=float(answer_ok),
         )
         return RewardResult(reward, parts)
 

@@ -20,6 +20,7 @@ import gymnasium as gym
 from searchenv.components import DEFAULT_SPLIT, env_components
 from searchenv.data import example_from_row
 from searchenv.episode import Episode
+from searchenv.lazy import LazyDict
 from searchenv.protocol import Protocol, parse_action
 from searchenv.reward_specs.base import RewardResult, Rollout
 from searchenv.spaces import UnicodeText
@@ -239,8 +240,8 @@ class SearchQAEnv(gym.Env[str, str]):
             if parsed.kind == "search":
                 info["search_skipped"] = "action budget exhausted"
                 turn = Turn(parsed, search="skipped")
-            else:
-                turn = Turn(parsed, "" if parsed.kind == "answer" else self.invalid_hint)
+            else:  # an answer, or the final action of the budget, gets nothing inserted after it
+                turn = Turn(parsed, "" if parsed.kind == "answer" or plan.final else self.invalid_hint)
         elif error is not None:
             info["retrieval_error"] = error
             turn = Turn(parsed, self.protocol.format_error(), search="failed", error=error)
@@ -252,7 +253,6 @@ class SearchQAEnv(gym.Env[str, str]):
             turn = Turn(parsed, self.protocol.format_passages(shown), "executed", found, tuple(p.id for p in shown))
         truncated = plan.final and parsed.kind != "answer"
         if parsed.kind == "answer" or truncated:
-            turn = Turn(turn.action, "", turn.search, turn.passages, turn.shown_ids, turn.error)
             turns = [*episode.turns, turn]
             rollout = Rollout.from_turns(turns, episode.example.golden_answers, self.protocol, episode.example.question)
             return StepOutcome(turn, truncated, self.reward_spec(rollout), rollout.facts, info)
@@ -272,7 +272,9 @@ class SearchQAEnv(gym.Env[str, str]):
             info["num_searches"] = episode.num_searches
             info["num_actions"] = episode.num_actions
             return StepResult(episode.turns[-1].observation, 0.0, False, False, info)
-        parts = dict(reward.parts)
+        # Built-in specs hand over fresh lazy parts; any other mapping is copied, so a spec that reuses its
+        # mapping cannot rewrite a finished episode.
+        parts = reward.parts if isinstance(reward.parts, LazyDict) else dict(reward.parts)
         episode.reward, episode.reward_parts = float(reward.reward), parts
         info.update(
             num_searches=record.num_searches,

@@ -11,13 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
+from searchenv.lazy import LazyDict
 from searchenv.protocol import Protocol
 from searchenv.transcript import Facts, Turn, facts, segments_of
 from searchenv.types import Passage, QAExample
 
 __all__ = ["Episode", "Segment"]
+
+_METRIC_NAMES = (
+    "reward",
+    "num_actions",
+    "num_searches",
+    "num_failed_searches",
+    "num_invalid",
+    "response_words",
+    "answered",
+)
 
 Author = Literal["model", "env"]
 
@@ -110,18 +122,31 @@ class Episode:
         return len(self.model_text.split())
 
     def metrics(self, record: Facts | None = None) -> dict[str, float]:
-        """Per-episode numbers the papers plot: reward, searches, invalid actions, response length.
+        """Per-episode numbers the papers plot: reward, searches, invalid actions, response length, reward parts.
 
         ``record`` is the episode's facts when the caller has them already (the environment's terminal step).
+        The values are computed when first read (a :class:`~searchenv.lazy.LazyDict`), so a step whose
+        caller never looks at them does not pay for the reward parts behind them.
         """
         record = record if record is not None else self.facts
-        return {
-            "reward": float(self.reward),
-            "num_actions": float(record.num_actions),
-            "num_searches": float(record.num_searches),
-            "num_failed_searches": float(record.num_failed_searches),
-            "num_invalid": float(record.num_invalid),
-            "response_words": float(len(record.model_text.split())),
-            "answered": float(record.prediction is not None),
-            **{f"reward/{k}": float(v) for k, v in self.reward_parts.items()},
-        }
+        reward, parts = float(self.reward), self.reward_parts
+
+        def compute() -> dict[str, float]:
+            return {
+                "reward": reward,
+                "num_actions": float(record.num_actions),
+                "num_searches": float(record.num_searches),
+                "num_failed_searches": float(record.num_failed_searches),
+                "num_invalid": float(record.num_invalid),
+                "response_words": float(len(record.model_text.split())),
+                "answered": float(record.prediction is not None),
+                **{f"reward/{k}": float(v) for k, v in parts.items()},
+            }
+
+        return LazyDict(_metric_names(tuple(parts)), compute)
+
+
+@lru_cache(maxsize=64)
+def _metric_names(part_names: tuple[str, ...]) -> tuple[str, ...]:
+    # One tuple per reward spec's part names, built once: the terminal step of every episode needs it.
+    return (*_METRIC_NAMES, *(f"reward/{k}" for k in part_names))

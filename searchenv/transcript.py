@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
+from searchenv.lazy import computed_once
 from searchenv.protocol import ParsedAction, Protocol, parse_action
 from searchenv.types import Passage
 
@@ -70,9 +71,12 @@ class Turn:
         return self.search == "executed"
 
 
-@dataclass(frozen=True, slots=True)
 class Facts:
     """The facts every reward, metric and ``info`` field reads, derived from the turns and nothing else.
+
+    Each fact is computed the first time it is read (a terminal step that only needs the prediction does not
+    join the transcript or scan the information blocks) and then kept. The turns are copied, so an episode that
+    goes on does not change facts taken earlier.
 
     Attributes:
         prediction: the content of the accepted answer, when the final action was one; ``None`` otherwise.
@@ -84,31 +88,81 @@ class Facts:
         response: the whole transcript after the prompt: accepted actions and inserted text, in order.
     """
 
-    prediction: str | None
-    num_actions: int
-    num_searches: int
-    num_failed_searches: int
-    num_invalid: int
-    shown_texts: tuple[str, ...]
-    model_text: str
-    response: str
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "prediction",
+        "num_actions",
+        "num_searches",
+        "num_failed_searches",
+        "num_invalid",
+        "shown_texts",
+        "model_text",
+        "response",
+    )
+
+    def __init__(self, turns: Sequence[Turn], protocol: Protocol, *, credit_searches: bool = True):
+        self._turns = tuple(turns)
+        self._protocol = protocol
+        self._credit = credit_searches
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        """The turns these facts were read from."""
+        return self._turns
+
+    @computed_once
+    def prediction(self) -> str | None:
+        final = self._turns[-1].action if self._turns else None
+        return final.content if final is not None and final.kind == "answer" else None
+
+    @property
+    def num_actions(self) -> int:
+        return len(self._turns)
+
+    @computed_once
+    def _executed(self) -> list[Turn]:
+        return [t for t in self._turns if t.searched] if self._credit else []
+
+    @property
+    def num_searches(self) -> int:
+        return len(self._executed)
+
+    @computed_once
+    def num_failed_searches(self) -> int:
+        return sum(t.search == "failed" for t in self._turns) if self._credit else 0
+
+    @computed_once
+    def num_invalid(self) -> int:
+        return sum(t.action.kind == "invalid" for t in self._turns)
+
+    @computed_once
+    def shown_texts(self) -> tuple[str, ...]:
+        bodies = (self._protocol.information_body(t.observation) for t in self._executed)
+        return tuple(body for body in bodies if body is not None)
+
+    @computed_once
+    def model_text(self) -> str:
+        return "".join(t.action.kept for t in self._turns)
+
+    @computed_once
+    def response(self) -> str:
+        return "".join(t.action.kept + t.observation for t in self._turns)
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        """Every fact, in :attr:`FIELDS` order (computes them all)."""
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        return self.as_tuple() == other.as_tuple() if isinstance(other, Facts) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "Facts(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS) + ")"
 
 
 def facts(turns: Sequence[Turn], protocol: Protocol, *, credit_searches: bool = True) -> Facts:
     """Derive :class:`Facts` from turns. ``credit_searches=False`` counts no search and no shown text."""
-    final = turns[-1].action if turns else None
-    executed = [t for t in turns if t.searched] if credit_searches else []
-    shown = tuple(body for t in executed if (body := protocol.information_body(t.observation)) is not None)
-    return Facts(
-        prediction=final.content if final is not None and final.kind == "answer" else None,
-        num_actions=len(turns),
-        num_searches=len(executed),
-        num_failed_searches=sum(t.search == "failed" for t in turns) if credit_searches else 0,
-        num_invalid=sum(t.action.kind == "invalid" for t in turns),
-        shown_texts=shown,
-        model_text="".join(t.action.kept for t in turns),
-        response="".join(t.action.kept + t.observation for t in turns),
-    )
+    return Facts(turns, protocol, credit_searches=credit_searches)
 
 
 def segments_of(turns: Iterable[Turn]) -> list[tuple[Author, str]]:

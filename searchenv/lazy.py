@@ -1,0 +1,126 @@
+"""Values computed the first time they are read: :class:`LazyDict` and :class:`computed_once`.
+
+The terminal step reports every reward part (EM, F1, cover-EM, the format verdict, the retrieval hit) and the
+episode's metrics in ``info``, but most training steps never read most of them: the format grammar and the
+passage scan would cost several times the step itself. :class:`LazyDict` keeps the whole contract — it *is* a
+``dict`` (``isinstance`` checks, Gymnasium's vector ``info`` merging, ``json.dumps``, pickling, ``==``) with
+its keys present from the start — and runs the computation once, at the first read of a value.
+
+Its keys are known up front and stored with ``None`` placeholders, so code that only looks at the size (the
+JSON encoder's empty-dict shortcut, ``len``, ``bool``) is right without computing anything. Every Python-level
+way to read a value fills the dict first; pickling and copying give a plain, filled ``dict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping
+from typing import Any, Generic, TypeVar, overload
+
+__all__ = ["LazyDict", "computed_once"]
+
+T = TypeVar("T")
+
+
+class computed_once(Generic[T]):  # noqa: N801 - used as a decorator, like functools.cached_property
+    """``functools.cached_property`` without its per-access lock (Python 3.11 takes one on every first read).
+
+    The value is stored in the instance ``__dict__`` under the same name, so later reads are plain attribute
+    lookups. Two threads reading at once may both compute it; the function must be pure.
+    """
+
+    def __init__(self, function: Callable[[Any], T]):
+        self.function = function
+        self.name = function.__name__
+        self.__doc__ = function.__doc__
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> computed_once[T]: ...
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> T: ...
+    def __get__(self, instance: object | None, owner: type | None = None) -> T | computed_once[T]:
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.function(instance)
+        return value
+
+
+class LazyDict(dict):
+    """``dict(keys → compute()[key])``, with ``compute`` run at the first read of a value.
+
+    Two threads reading for the first time at the same moment may both run ``compute``; it must be pure.
+    """
+
+    __slots__ = ("_compute",)
+
+    def __init__(self, keys: Iterable[str], compute: Callable[[], Mapping[str, Any]]):
+        super().__init__(dict.fromkeys(keys))
+        self._compute: Callable[[], Mapping[str, Any]] | None = compute
+
+    def _fill(self) -> None:
+        compute = self._compute
+        if compute is None:
+            return
+        values = compute()
+        if values.keys() != dict.keys(self):
+            raise KeyError(f"lazy dict computed keys {sorted(values)} but announced {sorted(dict.keys(self))}")
+        dict.update(self, values)  # values first, then the flag: a concurrent reader never sees a placeholder
+        self._compute = None
+
+    @property
+    def computed(self) -> bool:
+        """Whether the values have been computed (for tests and benchmarks; reading never needs it)."""
+        return self._compute is None
+
+    def __iter__(self) -> Iterator[str]:
+        # Yields keys only, so nothing to compute; but it must be a Python-level override: a dict subclass that
+        # keeps dict's own iterator is copied by ``dict(...)``/``{**...}`` straight from its storage.
+        return dict.__iter__(self)
+
+    def keys(self) -> KeysView[str]:  # the keys are real from the start
+        return dict.keys(self)
+
+    def __reduce__(self) -> tuple[type, tuple[dict]]:
+        self._fill()
+        return (dict, (dict.copy(self),))
+
+
+def _filling(name: str) -> Callable[..., Any]:
+    method = getattr(dict, name)
+
+    def read(self: LazyDict, *args: Any, **kwargs: Any) -> Any:
+        self._fill()
+        for other in args:  # dict's C comparison reads the other operand's storage directly
+            if isinstance(other, LazyDict):
+                other._fill()
+        return method(self, *args, **kwargs)
+
+    read.__name__ = read.__qualname__ = name
+    read.__doc__ = method.__doc__
+    return read
+
+
+# Every other dict method that reads or changes a value goes through _fill first (size, membership and the keys
+# need only the keys, which are real from the start).
+for _name in (
+    "__getitem__",
+    "__reversed__",
+    "__eq__",
+    "__ne__",
+    "__repr__",
+    "__or__",
+    "__ror__",
+    "__ior__",
+    "__setitem__",
+    "__delitem__",
+    "get",
+    "values",
+    "items",
+    "copy",
+    "pop",
+    "popitem",
+    "setdefault",
+    "update",
+    "clear",
+):
+    setattr(LazyDict, _name, _filling(_name))
+del _name
