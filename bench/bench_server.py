@@ -290,9 +290,22 @@ def compare_with_search_r1(args: argparse.Namespace, questions: list[str]) -> No
             print(json.dumps(row))
 
         for size in (1, 16, 64, 512):
+            # One client back to back is the most load-sensitive row: each server gets `rounds` alternating
+            # slices of the row's time, so a load spike lands on both.
             batches = batches_of(questions, size)
-            for name, url in servers.items():
-                measured(name, f"1 client, batch {size}", lambda: sequential_qps(url, batches, args.k, args.duration))
+            slices: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
+            for _ in range(args.rounds):
+                for name, url in servers.items():
+                    cpu_before = cpu_seconds(pids[name])
+                    part = sequential_qps(url, batches, args.k, args.duration / args.rounds)
+                    slices[name].append({**part, "cpu": cpu_seconds(pids[name]) - cpu_before})
+            for name in servers:
+                seconds = sum(p["s"] for p in slices[name])
+                queries = sum(p["qps"] * p["s"] for p in slices[name])
+                row = {"server": name, "load": f"1 client, batch {size}", "qps": queries / seconds, "s": seconds}
+                row["server_cpu_us_per_query"] = 1e6 * sum(p["cpu"] for p in slices[name]) / queries
+                rows.append(row)
+                print(json.dumps(row))
         for clients in (8, 32):
             batches = batches_of(questions, 16)
             for name, url in servers.items():
@@ -334,6 +347,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=4, help="with --search-r1: alternating slices per one-client row")
     parser.add_argument("--client-procs", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1, help="server worker processes")
     parser.add_argument("--batch-wait-ms", type=float, default=2.0)

@@ -13,7 +13,8 @@ way to read a value fills the dict first; pickling and copying give a plain, fil
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping
+from collections.abc import Callable, Iterator, KeysView, Mapping
+from functools import lru_cache
 from typing import Any, Generic, TypeVar, overload
 
 __all__ = ["LazyDict", "computed_once"]
@@ -52,8 +53,8 @@ class LazyDict(dict):
 
     __slots__ = ("_compute",)
 
-    def __init__(self, keys: Iterable[str], compute: Callable[[], Mapping[str, Any]]):
-        super().__init__(dict.fromkeys(keys))
+    def __init__(self, keys: tuple[str, ...], compute: Callable[[], Mapping[str, Any]]):
+        super().__init__(_placeholders(keys))
         self._compute: Callable[[], Mapping[str, Any]] | None = compute
 
     def _fill(self) -> None:
@@ -82,6 +83,12 @@ class LazyDict(dict):
     def __reduce__(self) -> tuple[type, tuple[dict]]:
         self._fill()
         return (dict, (dict.copy(self),))
+
+
+@lru_cache(maxsize=256)
+def _placeholders(keys: tuple[str, ...]) -> dict[str, None]:
+    # Copying a ready dict is cheaper than building one per episode; specs have a handful of key sets.
+    return dict.fromkeys(keys)
 
 
 def _filling(name: str) -> Callable[..., Any]:
