@@ -173,7 +173,9 @@ class EnglishAnalyzer:
             raise ImportError(
                 "BM25 analysis needs a Porter stemmer: pip install PyStemmer (part of 'searchenv[bm25]')"
             ) from None
-        self._stem = Stemmer.Stemmer("porter").stemWord
+        # No cache inside the stemmer (its own costs 3 µs a word): ``term_of``'s memo, or the build's token table,
+        # already stems each distinct token once.
+        self._stem = Stemmer.Stemmer("porter", 0).stemWord
         self._memo: dict[str, str | None] = {}
         self._unicode_token = None  # compiled on first non-ASCII text (a fraction of a second)
         self._char_kinds: dict[str, bool] = {}
@@ -182,7 +184,9 @@ class EnglishAnalyzer:
         """Raw lowercased tokens, before possessive stripping, stopwords and stemming."""
         if text.isascii():
             return _ASCII_TOKEN.findall(text.lower())
-        text = text.translate(_JAVA_LOWER).lower()
+        if "\u0130" in text or "\u03a3" in text:  # str.translate costs tens of µs on any non-ASCII text
+            text = text.translate(_JAVA_LOWER)
+        text = text.lower()
         if self._plain(text):
             return _PLAIN_TOKEN.findall(text)
         if self._unicode_token is None:
@@ -204,11 +208,12 @@ class EnglishAnalyzer:
     def term_of(self, token: str) -> str | None:
         term = self._memo.get(token, "")
         if term == "":
-            term = self._analyse_token(token)
+            term = self.analyse_token(token)
             self._memo[token] = term
         return term
 
-    def _analyse_token(self, token: str) -> str | None:
+    def analyse_token(self, token: str) -> str | None:
+        """:meth:`term_of` without the memo, for callers that keep each distinct token once themselves."""
         if token.endswith(("'s", "’s")):
             token = token[:-2]
         if not token or token in LUCENE_STOPWORDS:

@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import operator
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import compress, repeat
 from pathlib import Path
 
 import numpy as np
@@ -41,8 +39,10 @@ try:
 except ImportError:  # pragma: no cover - depends on the install
     raise ImportError("the native BM25 engine needs numba: pip install 'searchenv[bm25]'") from None
 
+from searchenv.corpus_store import DiskCorpus
 from searchenv.retrievers.analysis import EnglishAnalyzer
 from searchenv.retrievers.postings import BLOCK, decode_block, encode_terms
+from searchenv.retrievers.segment_postings import SegmentAnalyser, SegmentPostings
 from searchenv.types import Corpus, split_contents
 
 __all__ = [
@@ -61,7 +61,6 @@ FORMAT_VERSION = "searchenv-native-2"
 DEFAULT_SEGMENT_DOCS = 100_000
 #: Postings merged per step (about 14 bytes each while merging).
 DEFAULT_MERGE_POSTINGS = 16_000_000
-_ANALYSE_CHUNK = 20_000  # passages tokenised per vectorised step inside a segment
 _PARALLEL_MIN_DOCS = 50_000  # below this a worker pool costs more than it saves
 _FILES = ("idf", "norms", "norm_cache", "term_blocks", "term_max", "block_last", "block_offset", "block_max")
 
@@ -147,46 +146,39 @@ def _lucene_weights(doc_freq: np.ndarray, doc_count: int, total_length: int, k1:
 
 
 # ---------------------------------------------------------------------------------------------------- building
-_worker_analyzer: EnglishAnalyzer | None = None
+_worker_analyser: SegmentAnalyser | None = None
 
 
-def _analyse_segment(texts: list[str]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Postings of one segment with a vocabulary of its own: (terms, local doc, local term id, tf, lengths).
+@dataclass(frozen=True)
+class _CorpusRange:
+    """Passages ``start:stop`` of a disk corpus: what a worker is sent instead of their texts (it reads them)."""
 
-    Runs in a worker process (its analyzer's memo lives as long as the worker). Rows are doc-major.
-    """
-    global _worker_analyzer
-    if _worker_analyzer is None:
-        _worker_analyzer = EnglishAnalyzer()
-    analyzer = _worker_analyzer
-    token_ids: dict[str, int] = {}  # raw token → local term id, -1 for stopwords
-    term_ids: dict[str, int] = {}
-    parts_docs, parts_terms, parts_tfs = [], [], []
-    lengths = np.zeros(len(texts), dtype=np.int32)
-    for lo in range(0, len(texts), _ANALYSE_CHUNK):
-        hi = min(len(texts), lo + _ANALYSE_CHUNK)
-        per_doc = np.empty(hi - lo, dtype=np.int64)
-        tokens: list[str] = []
-        for i in range(lo, hi):
-            doc_tokens = analyzer.tokens(texts[i])
-            per_doc[i - lo] = len(doc_tokens)
-            tokens.extend(doc_tokens)
-        ids = list(map(token_ids.get, tokens))  # one C-level pass; new tokens are analysed once below
-        if None in ids:
-            for token in dict.fromkeys(compress(tokens, map(operator.is_, ids, repeat(None)))):  # first-seen order
-                term = analyzer.term_of(token)
-                token_ids[token] = -1 if term is None else term_ids.setdefault(term, len(term_ids))
-            ids = list(map(token_ids.get, tokens))
-        term_arr = np.array(ids, dtype=np.int64)
-        doc_arr = np.repeat(np.arange(lo, hi, dtype=np.int64), per_doc)
-        kept = term_arr >= 0
-        term_arr, doc_arr = term_arr[kept], doc_arr[kept]
-        lengths[lo:hi] = np.bincount(doc_arr - lo, minlength=hi - lo)
-        keys, tfs = np.unique((doc_arr << 32) | term_arr, return_counts=True)
-        parts_docs.append((keys >> 32).astype(np.int32))
-        parts_terms.append((keys & 0xFFFFFFFF).astype(np.int32))
-        parts_tfs.append(tfs.astype(np.int32))
-    return list(term_ids), np.concatenate(parts_docs), np.concatenate(parts_terms), np.concatenate(parts_tfs), lengths
+    corpus: DiskCorpus
+    start: int
+    stop: int
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def texts(self) -> list[str]:
+        """Their search texts (:meth:`DiskCorpus.search_text`), the rows parsed in one ``json.loads`` call."""
+        rows = json.loads(b"[" + b",".join(map(self.corpus.store.line, range(self.start, self.stop))) + b"]")
+        return list(map(_row_search_text, rows))
+
+
+def _row_search_text(row: dict) -> str:
+    """A corpus row's search text, as :meth:`Corpus.search_text` composes it."""
+    title, text = split_contents(row["contents"]) if "contents" in row else (str(row["title"]), str(row["text"]))
+    return f"{title}\n{text}"
+
+
+def _analyse_segment(segment: list[str] | _CorpusRange) -> SegmentPostings:
+    """Postings of one segment (:meth:`SegmentAnalyser.analyse`), in a worker process whose analysis state lives
+    as long as the worker."""
+    global _worker_analyser
+    if _worker_analyser is None:
+        _worker_analyser = SegmentAnalyser()
+    return _worker_analyser.analyse(segment if isinstance(segment, list) else segment.texts())
 
 
 @njit(cache=True)
@@ -211,7 +203,7 @@ class _SegmentWriter:
         self.lengths: list[np.ndarray] = []
         self.segments: list[int] = []  # the first document of each
 
-    def add(self, analysed: tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    def add(self, analysed: SegmentPostings) -> None:
         vocabulary, docs, local_terms, tfs, lengths = analysed
         setdefault = self.term_ids.setdefault
         global_ids = np.fromiter((setdefault(t, len(self.term_ids)) for t in vocabulary), np.int64, len(vocabulary))
@@ -364,11 +356,9 @@ def jsonl_search_texts(path: str | Path) -> Iterator[str]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-                title, text = split_contents(row["contents"]) if "contents" in row else (row["title"], row["text"])
+                yield _row_search_text(json.loads(line))
             except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
                 raise ValueError(f"{path}:{line_no}: not a corpus row ({exc!r})") from None
-            yield f"{title}\n{text}"
 
 
 def build_native_index(
@@ -395,11 +385,16 @@ def build_native_index(
         raise ValueError(f"segment_docs and merge_postings must be positive, got {segment_docs}, {merge_postings}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    if isinstance(passages, Corpus):
+    segments: Iterable[list[str] | _CorpusRange]
+    if isinstance(passages, DiskCorpus):  # workers read their own passages: no texts through the parent
         num_docs = len(passages)
-        texts: Iterable[str] = map(passages.search_text, range(len(passages)))
+        bounds = range(0, num_docs, segment_docs)
+        segments = (_CorpusRange(passages, lo, min(lo + segment_docs, num_docs)) for lo in bounds)
+    elif isinstance(passages, Corpus):
+        num_docs = len(passages)
+        segments = _segments(map(passages.search_text, range(num_docs)), segment_docs)
     else:
-        texts = (p if isinstance(p, str) else p[1] for p in passages)
+        segments = _segments((p if isinstance(p, str) else p[1] for p in passages), segment_docs)
     scratch = Path(tempfile.mkdtemp(prefix=".segments-", dir=directory))
     try:
         writer = _SegmentWriter(scratch)
@@ -412,7 +407,7 @@ def build_native_index(
             context = multiprocessing.get_context(method)
             with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
                 pending: list[Future] = []
-                for segment in _segments(texts, segment_docs):
+                for segment in segments:
                     pending.append(pool.submit(_analyse_segment, segment))
                     del segment
                     while len(pending) > workers:  # bounded read-ahead: memory does not grow with the corpus
@@ -422,8 +417,9 @@ def build_native_index(
                     writer.add(job.result())
                     progress.update(len(writer.lengths[-1]))
         else:
-            for segment in _segments(texts, segment_docs):
-                writer.add(_analyse_segment(segment))
+            analyser = SegmentAnalyser()
+            for segment in segments:
+                writer.add(analyser.analyse(segment if isinstance(segment, list) else segment.texts()))
                 progress.update(len(segment))
         progress.close()
         writer.merge(directory, k1, b, merge_postings, show_progress, collection)

@@ -1,0 +1,144 @@
+"""One build segment's passages → its postings, as a build worker process computes them.
+
+A worker keeps, for its whole life, every distinct token it has met and the term each one analyses to (ASCII
+tokens in an :class:`~searchenv.retrievers.ascii_tokens.AsciiTokenTable`, others in a dictionary), so a token
+is analysed once per worker, not once per occurrence. A segment's passages are tokenised chunk by chunk into a
+stream of term ids, and one compiled pass turns the stream into (passage, term, tf) postings, numbering the
+segment's own terms in order of first appearance — exactly the numbering a token-by-token walk would give, so
+the index files do not depend on which path analysed a passage.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from searchenv.retrievers.analysis import EnglishAnalyzer
+from searchenv.retrievers.ascii_tokens import AsciiTokenTable
+
+__all__ = ["SegmentAnalyser", "SegmentPostings"]
+
+_CHUNK = 20_000  # passages tokenised per compiled pass
+
+#: (the segment's terms, local passage, local term id, tf, passage lengths); rows grouped by passage.
+SegmentPostings = tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+@njit(cache=True)
+def _postings(  # pragma: no cover - jit
+    is_ascii, counts, ascii_terms, other_terms, first_doc, local_of, local_terms, state, out
+):
+    """Postings of one chunk: ``out`` rows (passage, local term, tf) from ``state[1]``; returns each passage's length.
+
+    Passage ``i`` of the chunk has ``counts[i]`` term ids (worker-wide, ``-1`` for a stopword), read in order from
+    ``ascii_terms`` when ``is_ascii[i]``, else from ``other_terms``. A worker term gets the segment's next local id
+    (``state[0]``) on its first appearance: ``local_of`` maps worker → local ids, ``local_terms`` back.
+    """
+    lengths = np.zeros(is_ascii.shape[0], np.int32)
+    tf = np.zeros(local_terms.shape[0], np.int32)
+    touched = np.empty(local_terms.shape[0], np.int64)
+    at_ascii = 0
+    at_other = 0
+    rows = state[1]
+    for i in range(is_ascii.shape[0]):
+        if is_ascii[i]:
+            stream, lo = ascii_terms, at_ascii
+            at_ascii += counts[i]
+        else:
+            stream, lo = other_terms, at_other
+            at_other += counts[i]
+        distinct = 0
+        for p in range(lo, lo + counts[i]):
+            worker_term = stream[p]
+            if worker_term < 0:
+                continue
+            local = local_of[worker_term]
+            if local < 0:
+                local = state[0]
+                local_of[worker_term] = local
+                local_terms[local] = worker_term
+                state[0] = local + 1
+            if tf[local] == 0:
+                touched[distinct] = local
+                distinct += 1
+            tf[local] += 1
+            lengths[i] += 1
+        for j in range(distinct):
+            local = touched[j]
+            out[rows, 0] = first_doc + i
+            out[rows, 1] = local
+            out[rows, 2] = tf[local]
+            tf[local] = 0
+            rows += 1
+    state[1] = rows
+    return lengths
+
+
+class SegmentAnalyser:
+    """A build worker's analysis state: the analyzer, and the term of every distinct token met so far."""
+
+    def __init__(self) -> None:
+        self.analyzer = EnglishAnalyzer()
+        self._ascii = AsciiTokenTable()
+        self._ascii_terms = np.zeros(0, dtype=np.int32)  # ASCII token id → worker term id (-1: stopword)
+        self._other_terms: dict[str, int] = {}  # any other token → worker term id
+        self._term_ids: dict[str, int] = {}
+        self._terms: list[str] = []
+
+    def _term_id(self, token: str) -> int:
+        term = self.analyzer.analyse_token(token)
+        if term is None:
+            return -1
+        term_id = self._term_ids.setdefault(term, len(self._terms))
+        if term_id == len(self._terms):
+            self._terms.append(term)
+        return term_id
+
+    def _ascii_stream(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        known = len(self._ascii)
+        token_ids, counts = self._ascii.scan(texts)
+        if len(self._ascii) > known:
+            new = np.fromiter(map(self._term_id, self._ascii.tokens(known, len(self._ascii))), np.int32)
+            self._ascii_terms = np.concatenate([self._ascii_terms, new])
+        return self._ascii_terms[token_ids], counts
+
+    def _other_stream(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        other, tokens = self._other_terms, self.analyzer.tokens
+        stream: list[int] = []
+        counts = np.empty(len(texts), dtype=np.int64)
+        for i, text in enumerate(texts):
+            raw = tokens(text)
+            for token in raw:
+                term_id = other.get(token)
+                if term_id is None:
+                    term_id = other[token] = self._term_id(token)
+                stream.append(term_id)
+            counts[i] = len(raw)
+        return np.array(stream, dtype=np.int32), counts
+
+    def analyse(self, texts: list[str]) -> SegmentPostings:
+        """The postings of one segment, with a vocabulary of its own, its terms numbered by first appearance."""
+        local_of = np.full(0, -1, dtype=np.int64)
+        state = np.zeros(2, dtype=np.int64)  # (local terms, rows written)
+        parts: list[np.ndarray] = []
+        lengths: list[np.ndarray] = []
+        local_terms = np.zeros(0, dtype=np.int64)
+        for lo in range(0, len(texts), _CHUNK):
+            chunk = texts[lo : lo + _CHUNK]
+            is_ascii = np.fromiter(map(str.isascii, chunk), dtype=np.bool_, count=len(chunk))
+            ascii_terms, ascii_counts = self._ascii_stream([t for t, a in zip(chunk, is_ascii) if a])
+            other_terms, other_counts = self._other_stream([t for t, a in zip(chunk, is_ascii) if not a])
+            counts = np.empty(len(chunk), dtype=np.int64)
+            counts[is_ascii] = ascii_counts
+            counts[~is_ascii] = other_counts
+            if len(local_of) < len(self._terms):  # room for every worker term
+                local_of = np.concatenate([local_of, np.full(len(self._terms) - len(local_of), -1, np.int64)])
+                local_terms = np.concatenate([local_terms, np.zeros(len(self._terms) - len(local_terms), np.int64)])
+            out = np.empty((int(counts.sum()), 3), dtype=np.int32)
+            state[1] = 0
+            lengths.append(_postings(is_ascii, counts, ascii_terms, other_terms, lo, local_of, local_terms, state, out))
+            parts.append(out[: state[1]])
+        rows = np.concatenate(parts) if parts else np.zeros((0, 3), np.int32)
+        vocabulary = [self._terms[t] for t in local_terms[: state[0]].tolist()]
+        lengths_all = np.concatenate(lengths) if lengths else np.zeros(0, np.int32)
+        return vocabulary, rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2].copy(), lengths_all
