@@ -27,7 +27,7 @@ from collections.abc import Iterable
 
 from searchenv.retrievers.lucene_chars import EMOJI_ADDED, SCRIPT_RUN_ADDED, TOKEN_CHARS_DROPPED
 
-__all__ = ["LUCENE_STOPWORDS", "EnglishAnalyzer", "TOKEN_CANDIDATE"]
+__all__ = ["LUCENE_STOPWORDS", "TOKEN_CANDIDATE", "EnglishAnalyzer", "is_plain_char", "java_lower"]
 
 #: Lucene's ``EnglishAnalyzer.ENGLISH_STOP_WORDS_SET`` (what Anserini removes by default).
 LUCENE_STOPWORDS = frozenset(
@@ -113,7 +113,7 @@ _PLAIN_TOKEN = re.compile(r"_*[^\W_](?:\w|(?<=[^\W\d_])[.:'’·](?=[^\W\d_])|(?
 _PLAIN_MIDS = frozenset("’·")
 
 
-def _char_kind(char: str) -> bool:
+def is_plain_char(char: str) -> bool:
     """Whether ``_PLAIN_TOKEN`` treats ``char`` as Lucene does: an ASCII character, a letter that only ever joins
     letters and digits, a mid-word mark it knows, or a separator that never belongs to a token."""
     import regex
@@ -136,6 +136,15 @@ def _char_kind(char: str) -> bool:
 # Java lowercases code point by code point; Python's full case mapping differs for these two (İ → i + dot above,
 # and a word-final Σ → ς).
 _JAVA_LOWER = str.maketrans({"\u0130": "i", "\u03a3": "\u03c3"})
+
+
+def java_lower(text: str) -> str:
+    """``text`` lowercased as Java's ``String.toLowerCase`` per code point does (what Lucene's filter does)."""
+    if "\u0130" in text or "\u03a3" in text:  # str.translate costs tens of µs on any non-ASCII text
+        text = text.translate(_JAVA_LOWER)
+    return text.lower()
+
+
 # The same rules restricted to ASCII (no extend, katakana, ideograph or emoji characters there).
 # Written so that the common case, a run of word characters, needs no look-around.
 _ASCII_TOKEN = re.compile(
@@ -184,9 +193,7 @@ class EnglishAnalyzer:
         """Raw lowercased tokens, before possessive stripping, stopwords and stemming."""
         if text.isascii():
             return _ASCII_TOKEN.findall(text.lower())
-        if "\u0130" in text or "\u03a3" in text:  # str.translate costs tens of µs on any non-ASCII text
-            text = text.translate(_JAVA_LOWER)
-        text = text.lower()
+        text = java_lower(text)
         if self._plain(text):
             return _PLAIN_TOKEN.findall(text)
         if self._unicode_token is None:
@@ -200,7 +207,7 @@ class EnglishAnalyzer:
         for char in set(text):
             kind = kinds.get(char)
             if kind is None:
-                kind = kinds[char] = _char_kind(char)
+                kind = kinds[char] = is_plain_char(char)
             if not kind:
                 return False
         return True

@@ -1,11 +1,12 @@
 """One build segment's passages → its postings, as a build worker process computes them.
 
-A worker keeps, for its whole life, every distinct token it has met and the term each one analyses to (ASCII
-tokens in an :class:`~searchenv.retrievers.ascii_tokens.AsciiTokenTable`, others in a dictionary), so a token
-is analysed once per worker, not once per occurrence. A segment's passages are tokenised chunk by chunk into a
-stream of term ids, and one compiled pass turns the stream into (passage, term, tf) postings, numbering the
-segment's own terms in order of first appearance — exactly the numbering a token-by-token walk would give, so
-the index files do not depend on which path analysed a passage.
+A worker keeps, for its whole life, every distinct token it has met and the term each one analyses to — in two
+compiled token tables (:class:`~searchenv.retrievers.token_table.TokenTable`: one for ASCII passages, one for
+passages whose other characters are plain letters and separators) and in a dictionary for the few passages that
+need the analyzer's full Unicode rules — so a token is analysed once per worker, not once per occurrence. A
+segment's passages are tokenised chunk by chunk into a stream of term ids, and one compiled pass turns the stream
+into (passage, term, tf) postings, numbering the segment's own terms in order of first appearance: exactly the
+numbering a token-by-token walk would give, so the index files do not depend on which path analysed a passage.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from searchenv.retrievers.analysis import EnglishAnalyzer
-from searchenv.retrievers.ascii_tokens import AsciiTokenTable
+from searchenv.retrievers.analysis import EnglishAnalyzer, is_plain_char, java_lower
+from searchenv.retrievers.token_table import LETTER, MIDDLE_DOT, QUOTE, SEPARATOR, SPECIAL, TokenTable
 
 __all__ = ["SegmentAnalyser", "SegmentPostings"]
 
@@ -74,14 +75,27 @@ def _postings(  # pragma: no cover - jit
     return lengths
 
 
+def _character_kind(char: str) -> int:
+    """What a (lowercased) non-ASCII character is to the plain rules of :class:`TokenTable`."""
+    if not is_plain_char(char):
+        return SPECIAL
+    if char == "’":
+        return QUOTE
+    if char == "·":
+        return MIDDLE_DOT
+    return LETTER if char.isalpha() else SEPARATOR
+
+
 class SegmentAnalyser:
     """A build worker's analysis state: the analyzer, and the term of every distinct token met so far."""
 
     def __init__(self) -> None:
         self.analyzer = EnglishAnalyzer()
-        self._ascii = AsciiTokenTable()
-        self._ascii_terms = np.zeros(0, dtype=np.int32)  # ASCII token id → worker term id (-1: stopword)
-        self._other_terms: dict[str, int] = {}  # any other token → worker term id
+        self._ascii = TokenTable()
+        self._unicode = TokenTable(unicode=True, classify=_character_kind)
+        # token id → worker term id (-1: a stopword), per table; the analyzer's own tokens in a dictionary
+        self._table_terms = {self._ascii: np.zeros(0, np.int32), self._unicode: np.zeros(0, np.int32)}
+        self._other_terms: dict[str, int] = {}
         self._term_ids: dict[str, int] = {}
         self._terms: list[str] = []
 
@@ -94,27 +108,37 @@ class SegmentAnalyser:
             self._terms.append(term)
         return term_id
 
-    def _ascii_stream(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        known = len(self._ascii)
-        token_ids, counts = self._ascii.scan(texts)
-        if len(self._ascii) > known:
-            new = np.fromiter(map(self._term_id, self._ascii.tokens(known, len(self._ascii))), np.int32)
-            self._ascii_terms = np.concatenate([self._ascii_terms, new])
-        return self._ascii_terms[token_ids], counts
+    def _table_stream(self, table: TokenTable, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Worker term ids of ``texts`` through ``table`` and each text's count (-1: left to the analyzer)."""
+        known = len(table)
+        token_ids, counts = table.scan(texts)
+        if len(table) > known:
+            new = np.fromiter(map(self._term_id, table.tokens(known, len(table))), np.int32)
+            self._table_terms[table] = np.concatenate([self._table_terms[table], new])
+        return self._table_terms[table][token_ids], counts
 
-    def _other_stream(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        other, tokens = self._other_terms, self.analyzer.tokens
-        stream: list[int] = []
-        counts = np.empty(len(texts), dtype=np.int64)
-        for i, text in enumerate(texts):
-            raw = tokens(text)
-            for token in raw:
-                term_id = other.get(token)
-                if term_id is None:
-                    term_id = other[token] = self._term_id(token)
-                stream.append(term_id)
-            counts[i] = len(raw)
-        return np.array(stream, dtype=np.int32), counts
+    def _analyzer_stream(self, text: str) -> np.ndarray:
+        """Worker term ids of one text through the analyzer's full Unicode rules."""
+        other = self._other_terms
+        stream = []
+        for token in self.analyzer.tokens(text):
+            term_id = other.get(token)
+            if term_id is None:
+                term_id = other[token] = self._term_id(token)
+            stream.append(term_id)
+        return np.array(stream, dtype=np.int32)
+
+    def _non_ascii_stream(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Worker term ids of non-ASCII texts: the Unicode table where the plain rules apply, else the analyzer."""
+        stream, counts = self._table_stream(self._unicode, [java_lower(text) for text in texts])
+        special = np.flatnonzero(counts < 0)
+        if len(special):
+            pieces = np.split(stream, np.cumsum(np.maximum(counts, 0))[:-1])
+            for i in special.tolist():
+                pieces[i] = self._analyzer_stream(texts[i])
+                counts[i] = len(pieces[i])
+            stream = np.concatenate(pieces)
+        return stream, counts
 
     def analyse(self, texts: list[str]) -> SegmentPostings:
         """The postings of one segment, with a vocabulary of its own, its terms numbered by first appearance."""
@@ -126,8 +150,8 @@ class SegmentAnalyser:
         for lo in range(0, len(texts), _CHUNK):
             chunk = texts[lo : lo + _CHUNK]
             is_ascii = np.fromiter(map(str.isascii, chunk), dtype=np.bool_, count=len(chunk))
-            ascii_terms, ascii_counts = self._ascii_stream([t for t, a in zip(chunk, is_ascii) if a])
-            other_terms, other_counts = self._other_stream([t for t, a in zip(chunk, is_ascii) if not a])
+            ascii_terms, ascii_counts = self._table_stream(self._ascii, [t for t, a in zip(chunk, is_ascii) if a])
+            other_terms, other_counts = self._non_ascii_stream([t for t, a in zip(chunk, is_ascii) if not a])
             counts = np.empty(len(chunk), dtype=np.int64)
             counts[is_ascii] = ascii_counts
             counts[~is_ascii] = other_counts

@@ -325,3 +325,70 @@ def test_jsonl_stream_gives_the_corpus_search_texts(tmp_path, shared_data):
     corpus = Corpus.from_jsonl(path)
     first = list(itertools.islice(jsonl_search_texts(path), 500))
     assert first == [corpus.search_text(i) for i in range(500)]
+
+
+# ------------------------------------------------------------------------- the build's compiled analysis path
+_PLAIN_FRAGMENTS = (
+    "Zoë’s café naïve Ærø O’Brien’s l·l Ελλάδα ΣΟΦΟΣ İzmir Straße Москва’s 12’34 über_alles ÉCOLE 3’4 a’b "
+    "_é_ é__ x’ ’y ·z Łódź Þór ð ß ﬁ ª º µ"
+).split(" ")
+
+
+def _reference_postings(texts: list[str]) -> tuple[list[str], list[list[tuple[str, int]]]]:
+    """The segment postings, straight from ``EnglishAnalyzer.analyze``: terms in order of first appearance, and
+    each passage's (term, tf) pairs."""
+    analyzer = EnglishAnalyzer()
+    vocabulary: dict[str, None] = {}
+    per_passage = []
+    for text in texts:
+        terms = analyzer.analyze(text)
+        vocabulary.update(dict.fromkeys(terms))
+        per_passage.append(sorted({t: terms.count(t) for t in terms}.items()))
+    return list(vocabulary), per_passage
+
+
+def test_compiled_segment_analysis_gives_exactly_the_analyzer_terms(monkeypatch):
+    """ASCII passages (compiled scan), plain non-ASCII ones (compiled, by code point) and the rest (the analyzer's
+    full Unicode rules), interleaved and over several chunks: the same terms, tfs, lengths and term numbering."""
+    from searchenv.retrievers import segment_postings
+    from searchenv.retrievers.segment_postings import SegmentAnalyser
+
+    rng = random.Random(1)
+    ascii_texts = ["".join(rng.choice("aB_z09.:',;- \n\t\"Zy1") for _ in range(rng.randint(0, 80))) for _ in range(300)]
+    plain = [" ".join(rng.choices(_PLAIN_FRAGMENTS + ["the", "Running", "cats'", "U.S.A."], k=6)) for _ in range(300)]
+    texts = ascii_texts + plain + _mixed_script_strings(300, seed=2) + [w for f in _FRAGMENTS for w in (f, f.upper())]
+    texts += ["x" * 300 + " supercalifragilistic " * 3, "", "   ", "a" * 9 + " " + "a" * 8]
+    rng.shuffle(texts)
+    monkeypatch.setattr(segment_postings, "_CHUNK", 97)
+    analyser = SegmentAnalyser()
+    for segment in (texts[:700], texts[700:]):  # the second segment reuses the worker's tables
+        vocabulary, docs, terms, tfs, lengths = analyser.analyse(segment)
+        expected_vocabulary, expected = _reference_postings(segment)
+        assert vocabulary == expected_vocabulary
+        ours = [[] for _ in segment]
+        for d, t, f in zip(docs.tolist(), terms.tolist(), tfs.tolist(), strict=True):
+            ours[d].append((vocabulary[t], f))
+        assert [sorted(pairs) for pairs in ours] == expected
+        assert lengths.tolist() == [sum(f for _, f in pairs) for pairs in expected]
+    assert len(analyser._ascii) and len(analyser._unicode) and analyser._other_terms  # all three paths ran
+
+
+def test_token_table_grows_and_keeps_every_token_apart():
+    """From a table of 4 slots: the ASCII scan gives the analyzer's raw tokens, each distinct token one id."""
+    from searchenv.retrievers.analysis import _ASCII_TOKEN
+    from searchenv.retrievers.token_table import TokenTable
+
+    rng = random.Random(3)
+    texts = ["".join(rng.choice("aB_z09.:',;- Zy1") for _ in range(rng.randint(0, 60))) for _ in range(3000)]
+    texts += ["abcdefgh abcdefghi " * 5, "x" * 1000]
+    table = TokenTable(capacity=4)
+    seen: dict[str, int] = {}
+    for lo in range(0, len(texts), 500):
+        ids, counts = table.scan(texts[lo : lo + 500])
+        words = table.tokens(0, len(table))
+        expected = [_ASCII_TOKEN.findall(t.lower()) for t in texts[lo : lo + 500]]
+        assert [words[i] for i in ids.tolist()] == [w for tokens in expected for w in tokens]
+        assert counts.tolist() == [len(tokens) for tokens in expected]
+        for i in ids.tolist():
+            assert seen.setdefault(words[i], i) == i
+    assert len(set(words)) == len(words)
