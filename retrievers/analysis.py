@@ -184,7 +184,8 @@ class EnglishAnalyzer:
             ) from None
         # No cache inside the stemmer (its own costs 3 µs a word): ``term_of``'s memo, or the build's token table,
         # already stems each distinct token once.
-        self._stem = Stemmer.Stemmer("porter", 0).stemWord
+        stemmer = Stemmer.Stemmer("porter", 0)
+        self._stem, self._stem_words = stemmer.stemWord, stemmer.stemWords
         self._memo: dict[str, str | None] = {}
         self._unicode_token = None  # compiled on first non-ASCII text (a fraction of a second)
         self._char_kinds: dict[str, bool] = {}
@@ -220,12 +221,21 @@ class EnglishAnalyzer:
         return term
 
     def analyse_token(self, token: str) -> str | None:
-        """:meth:`term_of` without the memo, for callers that keep each distinct token once themselves."""
+        """:meth:`term_of` without the memo."""
         if token.endswith(("'s", "’s")):
             token = token[:-2]
         if not token or token in LUCENE_STOPWORDS:
             return None
         return self.stem(token)
+
+    def analyse_tokens(self, tokens: list[str]) -> list[str | None]:
+        """:meth:`analyse_token` of each token, stemmed in one call: for callers that keep each distinct token
+        once themselves (the index build)."""
+        words = [t[:-2] if t.endswith(("'s", "’s")) else t for t in tokens]
+        return [
+            None if not word or word in LUCENE_STOPWORDS else word if len(word) <= 2 else self._finish(stem)
+            for word, stem in zip(words, self._stem_words(words), strict=True)
+        ]
 
     def stem(self, word: str) -> str:
         """Porter as Lucene's ``PorterStemmer`` runs it (Martin Porter's reference C code).
@@ -235,9 +245,10 @@ class EnglishAnalyzer:
         (instead of ``-abli`` to ``-able``). Snowball leaves such endings untouched, so finishing its output
         by hand gives Lucene's stem.
         """
-        if len(word) <= 2:
-            return word
-        stem = self._stem(word)
+        return word if len(word) <= 2 else self._finish(self._stem(word))
+
+    def _finish(self, stem: str) -> str:
+        """Lucene's stem from Snowball's (see :meth:`stem`)."""
         if stem.endswith("logi") and _porter_measure(stem[:-4]) > 0:
             return stem[:-1]
         if stem.endswith("bli") and _porter_measure(stem[:-3]) > 0:

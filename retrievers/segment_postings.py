@@ -99,34 +99,34 @@ class SegmentAnalyser:
         self._term_ids: dict[str, int] = {}
         self._terms: list[str] = []
 
-    def _term_id(self, token: str) -> int:
-        term = self.analyzer.analyse_token(token)
-        if term is None:
-            return -1
-        term_id = self._term_ids.setdefault(term, len(self._terms))
-        if term_id == len(self._terms):
-            self._terms.append(term)
-        return term_id
+    def _term_ids_of(self, tokens: list[str]) -> list[int]:
+        """The worker term id of each new token (-1 for a stopword); new terms get the next ids."""
+        ids = []
+        for term in self.analyzer.analyse_tokens(tokens):
+            if term is None:
+                ids.append(-1)
+                continue
+            term_id = self._term_ids.setdefault(term, len(self._terms))
+            if term_id == len(self._terms):
+                self._terms.append(term)
+            ids.append(term_id)
+        return ids
 
     def _table_stream(self, table: TokenTable, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Worker term ids of ``texts`` through ``table`` and each text's count (-1: left to the analyzer)."""
         known = len(table)
         token_ids, counts = table.scan(texts)
         if len(table) > known:
-            new = np.fromiter(map(self._term_id, table.tokens(known, len(table))), np.int32)
+            new = np.array(self._term_ids_of(table.tokens(known, len(table))), dtype=np.int32)
             self._table_terms[table] = np.concatenate([self._table_terms[table], new])
         return self._table_terms[table][token_ids], counts
 
     def _analyzer_stream(self, text: str) -> np.ndarray:
         """Worker term ids of one text through the analyzer's full Unicode rules."""
-        other = self._other_terms
-        stream = []
-        for token in self.analyzer.tokens(text):
-            term_id = other.get(token)
-            if term_id is None:
-                term_id = other[token] = self._term_id(token)
-            stream.append(term_id)
-        return np.array(stream, dtype=np.int32)
+        tokens = self.analyzer.tokens(text)
+        new = [token for token in dict.fromkeys(tokens) if token not in self._other_terms]
+        self._other_terms.update(zip(new, self._term_ids_of(new)))
+        return np.array([self._other_terms[token] for token in tokens], dtype=np.int32)
 
     def _non_ascii_stream(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Worker term ids of non-ASCII texts: the Unicode table where the plain rules apply, else the analyzer."""
