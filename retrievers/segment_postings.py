@@ -17,9 +17,11 @@ from numba import njit
 from searchenv.retrievers.analysis import EnglishAnalyzer, is_plain_char, java_lower
 from searchenv.retrievers.token_table import LETTER, MIDDLE_DOT, QUOTE, SEPARATOR, SPECIAL, TokenTable
 
-__all__ = ["SegmentAnalyser", "SegmentPostings"]
+__all__ = ["DEFAULT_MAX_TOKENS", "SegmentAnalyser", "SegmentPostings"]
 
 _CHUNK = 20_000  # passages tokenised per compiled pass
+#: Distinct tokens a worker remembers before starting afresh (about 250 bytes each, terms included).
+DEFAULT_MAX_TOKENS = 4_000_000
 
 #: (the segment's terms, local passage, local term id, tf, passage lengths); rows grouped by passage.
 SegmentPostings = tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -89,8 +91,13 @@ def _character_kind(char: str) -> int:
 class SegmentAnalyser:
     """A build worker's analysis state: the analyzer, and the term of every distinct token met so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
         self.analyzer = EnglishAnalyzer()
+        self.max_tokens = max_tokens
+        self._forget()
+
+    def _forget(self) -> None:
+        """Start the token tables afresh (what they hold only saves work, never changes a result)."""
         self._ascii = TokenTable()
         self._unicode = TokenTable(unicode=True, classify=_character_kind)
         # token id → worker term id (-1: a stopword), per table; the analyzer's own tokens in a dictionary
@@ -142,6 +149,8 @@ class SegmentAnalyser:
 
     def analyse(self, texts: list[str]) -> SegmentPostings:
         """The postings of one segment, with a vocabulary of its own, its terms numbered by first appearance."""
+        if len(self._ascii) + len(self._unicode) + len(self._other_terms) > self.max_tokens:
+            self._forget()  # memory stays bounded on a corpus of unbounded vocabulary
         local_of = np.full(0, -1, dtype=np.int64)
         state = np.zeros(2, dtype=np.int64)  # (local terms, rows written)
         parts: list[np.ndarray] = []

@@ -62,7 +62,9 @@ DEFAULT_SEGMENT_DOCS = 100_000
 #: Postings merged per step (about 14 bytes each while merging).
 DEFAULT_MERGE_POSTINGS = 16_000_000
 _PARALLEL_MIN_DOCS = 50_000  # below this a worker pool costs more than it saves
-_FILES = ("idf", "norms", "norm_cache", "term_blocks", "term_max", "block_last", "block_offset", "block_max")
+# What a term's score bound and document frequency are is not stored: both follow from the blocks (a term's
+# highest block maximum, the sum of its block counts), which keeps small indexes small (most terms are rare).
+_FILES = ("idf", "norms", "norm_cache", "term_blocks", "block_last", "block_offset", "block_max")
 
 
 @dataclass(frozen=True)
@@ -80,11 +82,15 @@ class CollectionStats:
 
     @classmethod
     def of_index(cls, directory: str | Path) -> CollectionStats:
-        """The statistics a native index directory recorded when it was built."""
+        """The statistics of the passages a native index directory was built over."""
         directory = Path(directory)
         meta = json.loads((directory / "native.json").read_text(encoding="utf-8"))
         terms = (directory / "terms.txt").read_text(encoding="utf-8")
-        doc_freq = np.load(directory / "doc_freq.npy")
+        data = np.memmap(directory / "postings.bin", dtype=np.uint8, mode="r")
+        offsets = np.load(directory / "block_offset.npy", mmap_mode="r")[:-1]
+        block_counts = data[offsets.astype(np.int64) + 2].astype(np.int64) + 1  # a block header's third byte: count - 1
+        term_blocks = np.load(directory / "term_blocks.npy")
+        doc_freq = np.add.reduceat(block_counts, term_blocks[:-1]) if len(term_blocks) > 1 else np.zeros(0, np.int64)
         return cls(
             dict(zip(terms.split("\n") if terms else [], doc_freq.tolist())), meta["doc_count"], meta["total_length"]
         )
@@ -258,7 +264,6 @@ class _SegmentWriter:
         ]
         total = int(self.doc_freq.sum())
         term_blocks = np.zeros(vocab_size + 1, dtype=np.int64)
-        term_max = np.zeros(vocab_size, dtype=np.float32)
         block_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         written = blocks = 0
         progress = tqdm(total=total, desc="native: merging", unit="posting", disable=not show_progress)
@@ -281,7 +286,6 @@ class _SegmentWriter:
                 postings.write(out[:size].tobytes())
                 block_parts.append((last[:count], offset[:count] + written, best[:count]))
                 term_blocks[t0:t1] = starts + blocks
-                term_max[t0:t1] = np.maximum.reduceat(best[:count], starts) if count else 0
                 written += size
                 blocks += count
                 progress.update(len(docs))
@@ -295,11 +299,10 @@ class _SegmentWriter:
         # Narrow indices where they fit (every index below 4 GB of postings and 2**31 blocks): smaller on disk.
         block_offset = np.append(block_offset, written).astype(np.uint32 if written < 2**32 else np.int64)
         term_blocks = term_blocks.astype(np.int32 if blocks < 2**31 else np.int64)
-        arrays = (idf, norms, cache, term_blocks, term_max, block_last, block_offset, block_max)
+        arrays = (idf, norms, cache, term_blocks, block_last, block_offset, block_max)
         for name, array in zip(_FILES, arrays, strict=True):
             np.save(directory / f"{name}.npy", array)
         (directory / "terms.txt").write_text("\n".join(self.term_ids), encoding="utf-8")
-        np.save(directory / "doc_freq.npy", self.doc_freq)  # the statistics a shard of this corpus scores with
         meta = {
             "num_docs": len(lengths),
             "postings": total,
@@ -730,6 +733,7 @@ class NativeEngine:
             len(self.vocabulary) == meta["terms"] == len(arrays["idf"]) == len(arrays["term_blocks"]) - 1
             and len(arrays["norms"]) == self.num_docs
             and int(arrays["block_offset"][-1]) == len(data)
+            and int(arrays["term_blocks"][-1]) == len(arrays["block_max"]) == len(arrays["block_offset"]) - 1
         )
         if not consistent:
             raise ValueError(f"{directory} holds a corrupt native BM25 index (its files disagree in size); rebuild it")
@@ -744,7 +748,10 @@ class NativeEngine:
             arrays["idf"],
             arrays["norms"],
             arrays["norm_cache"],
-            arrays["term_max"],
+            # each term's score bound: its highest block maximum (every term has at least one block)
+            np.maximum.reduceat(arrays["block_max"], arrays["term_blocks"][:-1])
+            if len(self.vocabulary)
+            else np.zeros(0, np.float32),
         )
         self.threads = max(1, int(threads))
         self.scratch = scratch  # the temporary directory of an in-memory build, removed with the engine

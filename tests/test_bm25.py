@@ -360,9 +360,11 @@ def test_compiled_segment_analysis_gives_exactly_the_analyzer_terms(monkeypatch)
     texts += ["x" * 300 + " supercalifragilistic " * 3, "", "   ", "a" * 9 + " " + "a" * 8]
     rng.shuffle(texts)
     monkeypatch.setattr(segment_postings, "_CHUNK", 97)
-    analyser = SegmentAnalyser()
-    for segment in (texts[:700], texts[700:]):  # the second segment reuses the worker's tables
+    analyser, forgetful = SegmentAnalyser(), SegmentAnalyser(max_tokens=50)
+    for segment in (texts[:700], texts[700:]):  # the second segment reuses the worker's tables (or starts afresh)
         vocabulary, docs, terms, tfs, lengths = analyser.analyse(segment)
+        again = forgetful.analyse(segment)
+        assert again[0] == vocabulary and all(map(np.array_equal, again[1:], (docs, terms, tfs, lengths)))
         expected_vocabulary, expected = _reference_postings(segment)
         assert vocabulary == expected_vocabulary
         ours = [[] for _ in segment]
@@ -392,3 +394,23 @@ def test_token_table_grows_and_keeps_every_token_apart():
         for i in ids.tolist():
             assert seen.setdefault(words[i], i) == i
     assert len(set(words)) == len(words)
+
+
+def test_disk_corpus_build_reads_the_search_texts(tmp_path, monkeypatch):
+    """A build over a DiskCorpus (its segments read straight from the file, blank lines and both row layouts
+    included) writes the same index as one over the corpus's search texts."""
+    from searchenv.corpus_store import DiskCorpus
+
+    monkeypatch.setenv("SEARCHENV_CACHE_DIR", str(tmp_path / "cache"))
+    rows = [{"id": str(i), "contents": f'"Title {i}"\nSome text number {i}, naïve café 東京.'} for i in range(250)]
+    rows[7] = {"id": "7", "title": "Own layout", "text": "title and text fields ✓"}
+    lines = [json.dumps(row, ensure_ascii=i % 2 == 0) for i, row in enumerate(rows)]
+    lines.insert(100, "   ")
+    (tmp_path / "corpus.jsonl").write_text("\n".join(lines) + "\n\n", encoding="utf-8")
+    corpus = DiskCorpus(tmp_path / "corpus.jsonl")
+    from_disk, from_texts = tmp_path / "disk", tmp_path / "texts"
+    build_native_index(corpus, from_disk, 0.9, 0.4, segment_docs=64, show_progress=False)
+    texts = [corpus.search_text(i) for i in range(len(corpus))]
+    build_native_index(texts, from_texts, 0.9, 0.4, segment_docs=64, show_progress=False)
+    names = sorted(p.name for p in from_disk.iterdir())
+    assert all((from_disk / n).read_bytes() == (from_texts / n).read_bytes() for n in names) and len(names) > 5
