@@ -11,20 +11,50 @@ numbering a token-by-token walk would give, so the index files do not depend on 
 
 from __future__ import annotations
 
+import uuid
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
 from searchenv.retrievers.analysis import EnglishAnalyzer, is_plain_char, java_lower
 from searchenv.retrievers.token_table import LETTER, MIDDLE_DOT, QUOTE, SEPARATOR, SPECIAL, TokenTable
 
-__all__ = ["DEFAULT_MAX_TOKENS", "SegmentAnalyser", "SegmentPostings"]
+__all__ = ["DEFAULT_MAX_TOKENS", "SegmentAnalyser", "SegmentPostings", "scatter"]
 
 _CHUNK = 20_000  # passages tokenised per compiled pass
 #: Distinct tokens a worker remembers before starting afresh (about 250 bytes each, terms included).
 DEFAULT_MAX_TOKENS = 4_000_000
 
-#: (the segment's terms, local passage, local term id, tf, passage lengths); rows grouped by passage.
-SegmentPostings = tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+class SegmentPostings(NamedTuple):
+    """One analysed segment, term-major, its terms numbered by the worker that analysed it.
+
+    A worker numbers every term it meets once for its whole life; a segment's result names only the terms new to
+    the worker (``new_terms``, worker ids ``first_new`` on), so the parent maps each term's text to its global id
+    once per worker, not once per segment.
+    """
+
+    analyser: str  # the worker state that numbered the terms (a fresh one after :meth:`SegmentAnalyser._forget`)
+    first_new: int  # the worker id of ``new_terms[0]``
+    new_terms: list[str]  # the terms this segment showed the worker for the first time, by worker id
+    terms: np.ndarray  # the worker id of each of the segment's terms, in order of first appearance
+    starts: np.ndarray  # term ``i``'s postings are ``docs[starts[i]:starts[i + 1]]`` (int64)
+    docs: np.ndarray  # segment-local passages, ascending within a term (int32)
+    tfs: np.ndarray  # term frequencies, capped at 65,535 (uint16)
+    lengths: np.ndarray  # each passage's number of terms (int32)
+
+
+@njit(cache=True)
+def scatter(keys, first_key, indptr, values_a, values_b, out_a, out_b):  # pragma: no cover - jit
+    """Stable counting sort of (a, b) pairs by ``keys - first_key`` into the slots ``indptr`` gives each key."""
+    fill = indptr[:-1].copy()
+    for i in range(keys.shape[0]):
+        slot = keys[i] - first_key
+        p = fill[slot]
+        out_a[p] = values_a[i]
+        out_b[p] = values_b[i]
+        fill[slot] = p + 1
 
 
 @njit(cache=True)
@@ -98,6 +128,8 @@ class SegmentAnalyser:
 
     def _forget(self) -> None:
         """Start the token tables afresh (what they hold only saves work, never changes a result)."""
+        self._name = uuid.uuid4().hex
+        self._reported = 0  # worker terms already named in a result
         self._ascii = TokenTable()
         self._unicode = TokenTable(unicode=True, classify=_character_kind)
         # token id → worker term id (-1: a stopword), per table; the analyzer's own tokens in a dictionary
@@ -172,6 +204,19 @@ class SegmentAnalyser:
             lengths.append(_postings(is_ascii, counts, ascii_terms, other_terms, lo, local_of, local_terms, state, out))
             parts.append(out[: state[1]])
         rows = np.concatenate(parts) if parts else np.zeros((0, 3), np.int32)
-        vocabulary = [self._terms[t] for t in local_terms[: state[0]].tolist()]
-        lengths_all = np.concatenate(lengths) if lengths else np.zeros(0, np.int32)
-        return vocabulary, rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2].copy(), lengths_all
+        count = int(state[0])
+        starts = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows[:, 1], minlength=count), out=starts[1:])
+        docs, tfs = np.empty(len(rows), np.int32), np.empty(len(rows), np.int32)
+        scatter(rows[:, 1], 0, starts, rows[:, 0], rows[:, 2], docs, tfs)  # stable: passages stay ascending
+        first_new, self._reported = self._reported, len(self._terms)
+        return SegmentPostings(
+            self._name,
+            first_new,
+            self._terms[first_new:],
+            local_terms[:count].copy(),
+            starts,
+            docs,
+            np.minimum(tfs, 65535).astype(np.uint16),
+            np.concatenate(lengths) if lengths else np.zeros(0, np.int32),
+        )

@@ -188,19 +188,21 @@ def _analyse_segment(segment: list[str] | _CorpusRange) -> SegmentPostings:
 
 
 @njit(cache=True)
-def _scatter(keys, first_key, indptr, values_a, values_b, out_a, out_b):  # pragma: no cover - jit
-    """Stable counting sort of (a, b) pairs by ``keys - first_key`` into the slots ``indptr`` gives each key."""
-    fill = indptr[:-1].copy()
-    for i in range(keys.shape[0]):
-        slot = keys[i] - first_key
-        p = fill[slot]
-        out_a[p] = values_a[i]
-        out_b[p] = values_b[i]
-        fill[slot] = p + 1
+def _copy_runs(terms, starts, docs, tfs, first_doc, t0, t1, fill, out_docs, out_tfs):  # pragma: no cover - jit
+    """Append one segment's postings of the global terms ``t0:t1`` to each term's slot (``fill``) in the output."""
+    for i in range(terms.shape[0]):
+        t = terms[i]
+        if t0 <= t < t1:
+            p = fill[t - t0]
+            for j in range(starts[i], starts[i + 1]):
+                out_docs[p] = docs[j] + first_doc
+                out_tfs[p] = tfs[j]
+                p += 1
+            fill[t - t0] = p
 
 
 class _SegmentWriter:
-    """Turns analysed segments into term-major scratch files with global term ids, and keeps the global counts."""
+    """Turns analysed segments into scratch files with global term ids, and keeps the global counts."""
 
     def __init__(self, scratch: Path):
         self.scratch = scratch
@@ -208,30 +210,40 @@ class _SegmentWriter:
         self.doc_freq = np.zeros(0, dtype=np.int64)
         self.lengths: list[np.ndarray] = []
         self.segments: list[int] = []  # the first document of each
+        self._global_of: dict[str, np.ndarray] = {}  # per worker analyser: its term ids → global ids
 
     def add(self, analysed: SegmentPostings) -> None:
-        vocabulary, docs, local_terms, tfs, lengths = analysed
-        setdefault = self.term_ids.setdefault
-        global_ids = np.fromiter((setdefault(t, len(self.term_ids)) for t in vocabulary), np.int64, len(vocabulary))
-        terms = global_ids[local_terms]
-        vocab_size = len(self.term_ids)
-        counts = np.bincount(terms, minlength=vocab_size)
-        indptr = np.zeros(vocab_size + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        out_docs = np.empty(len(docs), dtype=np.int32)
-        out_tfs = np.empty(len(docs), dtype=np.int32)
-        _scatter(terms, 0, indptr, docs, tfs, out_docs, out_tfs)
-        index = len(self.segments)
-        present = np.flatnonzero(counts)  # a segment's own terms only: its files do not grow with the vocabulary
-        np.save(self.scratch / f"seg{index}-terms.npy", present.astype(np.int32))
-        np.save(self.scratch / f"seg{index}-starts.npy", np.append(indptr[present], indptr[-1]))
-        np.save(self.scratch / f"seg{index}-docs.npy", out_docs)
-        np.save(self.scratch / f"seg{index}-tfs.npy", np.minimum(out_tfs, 65535).astype(np.uint16))
-        grown = np.zeros(vocab_size, dtype=np.int64)
+        """Give the segment's terms global ids — new terms the next ids, in the segment's order of first
+        appearance, as walking its terms one by one would — and write its postings to the scratch directory."""
+        known = self._global_of.get(analysed.analyser, np.zeros(0, np.int64))
+        if len(known) != analysed.first_new:
+            raise RuntimeError(f"segment {len(self.segments)} skips terms of its worker; this is a bug")
+        get = self.term_ids.get
+        new = np.fromiter((get(t, -1) for t in analysed.new_terms), np.int64, len(analysed.new_terms))
+        known = np.concatenate([known, new])
+        terms = known[analysed.terms]
+        fresh = np.flatnonzero(terms < 0)
+        if len(fresh):
+            ids = np.arange(len(self.term_ids), len(self.term_ids) + len(fresh))
+            worker_ids = analysed.terms[fresh]
+            for worker_id, term_id in zip((worker_ids - analysed.first_new).tolist(), ids.tolist(), strict=True):
+                self.term_ids[analysed.new_terms[worker_id]] = term_id
+            terms[fresh] = ids
+            known[worker_ids] = ids
+        if np.any(known[analysed.first_new :] < 0):  # every term new to the worker occurs in the segment
+            raise RuntimeError(f"segment {len(self.segments)} names terms it does not hold; this is a bug")
+        self._global_of[analysed.analyser] = known
+        grown = np.zeros(len(self.term_ids), dtype=np.int64)
         grown[: len(self.doc_freq)] = self.doc_freq
-        self.doc_freq = grown + counts
+        grown[terms] += np.diff(analysed.starts)
+        self.doc_freq = grown
+        index = len(self.segments)
+        np.save(self.scratch / f"seg{index}-terms.npy", terms.astype(np.int32))
+        np.save(self.scratch / f"seg{index}-starts.npy", analysed.starts)
+        np.save(self.scratch / f"seg{index}-docs.npy", analysed.docs)
+        np.save(self.scratch / f"seg{index}-tfs.npy", analysed.tfs)
         self.segments.append(sum(len(x) for x in self.lengths))
-        self.lengths.append(lengths)
+        self.lengths.append(analysed.lengths)
 
     def merge(
         self,
@@ -273,7 +285,10 @@ class _SegmentWriter:
                 t1 = _term_range_end(self.doc_freq, t0, merge_postings)
                 chunk_indptr = np.zeros(t1 - t0 + 1, dtype=np.int64)
                 np.cumsum(self.doc_freq[t0:t1], out=chunk_indptr[1:])
-                docs, tfs = self._gather(segments, t0, t1, chunk_indptr)
+                docs, tfs = np.empty(chunk_indptr[-1], np.int32), np.empty(chunk_indptr[-1], np.int32)
+                fill = chunk_indptr[:-1].copy()
+                for first_doc, (terms, starts, seg_docs, seg_tfs) in zip(self.segments, segments, strict=True):
+                    _copy_runs(terms, starts, seg_docs, seg_tfs, first_doc, t0, t1, fill, docs, tfs)
                 nblocks = int(np.sum(-(-self.doc_freq[t0:t1] // BLOCK)))
                 out = np.empty(len(docs) * 6 + nblocks * 3 + 8, dtype=np.uint8)
                 last = np.empty(nblocks, np.int32)
@@ -313,25 +328,6 @@ class _SegmentWriter:
             "total_length": total_length,
         }
         (directory / "native.json").write_text(json.dumps(meta), encoding="utf-8")
-
-    def _gather(self, segments, t0: int, t1: int, chunk_indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The postings of terms ``t0:t1`` from every segment, term-major with documents ascending."""
-        seg_docs, seg_tfs, seg_terms = [], [], []
-        for first_doc, (terms, starts, docs, tfs) in zip(self.segments, segments, strict=True):
-            a, z = np.searchsorted(terms, [t0, t1])
-            if z == a:
-                continue
-            lo, hi = int(starts[a]), int(starts[z])
-            seg_docs.append(docs[lo:hi] + np.int32(first_doc))
-            seg_tfs.append(np.asarray(tfs[lo:hi], dtype=np.int32))
-            seg_terms.append(np.repeat(np.asarray(terms[a:z], dtype=np.int64), np.diff(starts[a : z + 1])))
-        if not seg_docs:
-            return np.zeros(0, np.int32), np.zeros(0, np.int32)
-        terms = np.concatenate(seg_terms)
-        docs = np.empty(len(terms), np.int32)
-        tfs = np.empty(len(terms), np.int32)
-        _scatter(terms, t0, chunk_indptr, np.concatenate(seg_docs), np.concatenate(seg_tfs), docs, tfs)
-        return docs, tfs
 
 
 def _term_range_end(doc_freq: np.ndarray, t0: int, budget: int) -> int:

@@ -347,9 +347,25 @@ def _reference_postings(texts: list[str]) -> tuple[list[str], list[list[tuple[st
     return list(vocabulary), per_passage
 
 
+def _segment_result(analysed, worker_terms: dict[str, list[str]]) -> tuple[list[str], list[list[tuple[str, int]]]]:
+    """A :class:`SegmentPostings` as (its terms in order, each passage's sorted (term, tf) pairs)."""
+    names = worker_terms.setdefault(analysed.analyser, [])
+    assert len(names) == analysed.first_new
+    names.extend(analysed.new_terms)
+    vocabulary = [names[t] for t in analysed.terms.tolist()]
+    pairs: list[list[tuple[str, int]]] = [[] for _ in analysed.lengths]
+    for i, term in enumerate(vocabulary):
+        lo, hi = analysed.starts[i], analysed.starts[i + 1]
+        assert np.all(np.diff(analysed.docs[lo:hi]) > 0)  # passages ascending within a term
+        for doc, tf in zip(analysed.docs[lo:hi].tolist(), analysed.tfs[lo:hi].tolist(), strict=True):
+            pairs[doc].append((term, tf))
+    return vocabulary, [sorted(p) for p in pairs]
+
+
 def test_compiled_segment_analysis_gives_exactly_the_analyzer_terms(monkeypatch):
     """ASCII passages (compiled scan), plain non-ASCII ones (compiled, by code point) and the rest (the analyzer's
-    full Unicode rules), interleaved and over several chunks: the same terms, tfs, lengths and term numbering."""
+    full Unicode rules), interleaved and over several chunks: the same terms, tfs, lengths and term numbering —
+    also from a worker that forgets its tables between segments."""
     from searchenv.retrievers import segment_postings
     from searchenv.retrievers.segment_postings import SegmentAnalyser
 
@@ -361,17 +377,14 @@ def test_compiled_segment_analysis_gives_exactly_the_analyzer_terms(monkeypatch)
     rng.shuffle(texts)
     monkeypatch.setattr(segment_postings, "_CHUNK", 97)
     analyser, forgetful = SegmentAnalyser(), SegmentAnalyser(max_tokens=50)
+    names: dict[str, list[str]] = {}
     for segment in (texts[:700], texts[700:]):  # the second segment reuses the worker's tables (or starts afresh)
-        vocabulary, docs, terms, tfs, lengths = analyser.analyse(segment)
-        again = forgetful.analyse(segment)
-        assert again[0] == vocabulary and all(map(np.array_equal, again[1:], (docs, terms, tfs, lengths)))
+        analysed = analyser.analyse(segment)
+        vocabulary, pairs = _segment_result(analysed, names)
         expected_vocabulary, expected = _reference_postings(segment)
-        assert vocabulary == expected_vocabulary
-        ours = [[] for _ in segment]
-        for d, t, f in zip(docs.tolist(), terms.tolist(), tfs.tolist(), strict=True):
-            ours[d].append((vocabulary[t], f))
-        assert [sorted(pairs) for pairs in ours] == expected
-        assert lengths.tolist() == [sum(f for _, f in pairs) for pairs in expected]
+        assert vocabulary == expected_vocabulary and pairs == expected
+        assert analysed.lengths.tolist() == [sum(f for _, f in p) for p in expected]
+        assert _segment_result(forgetful.analyse(segment), names) == (vocabulary, pairs)
     assert len(analyser._ascii) and len(analyser._unicode) and analyser._other_terms  # all three paths ran
 
 
