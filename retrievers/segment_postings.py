@@ -12,6 +12,7 @@ numbering a token-by-token walk would give, so the index files do not depend on 
 from __future__ import annotations
 
 import uuid
+from itertools import compress, filterfalse
 from typing import NamedTuple
 
 import numpy as np
@@ -190,9 +191,10 @@ class SegmentAnalyser:
         local_terms = np.zeros(0, dtype=np.int64)
         for lo in range(0, len(texts), _CHUNK):
             chunk = texts[lo : lo + _CHUNK]
-            is_ascii = np.fromiter(map(str.isascii, chunk), dtype=np.bool_, count=len(chunk))
-            ascii_terms, ascii_counts = self._table_stream(self._ascii, [t for t, a in zip(chunk, is_ascii) if a])
-            other_terms, other_counts = self._non_ascii_stream([t for t, a in zip(chunk, is_ascii) if not a])
+            flags = list(map(str.isascii, chunk))
+            is_ascii = np.array(flags, dtype=np.bool_)
+            ascii_terms, ascii_counts = self._table_stream(self._ascii, list(compress(chunk, flags)))
+            other_terms, other_counts = self._non_ascii_stream(list(filterfalse(str.isascii, chunk)))
             counts = np.empty(len(chunk), dtype=np.int64)
             counts[is_ascii] = ascii_counts
             counts[~is_ascii] = other_counts
