@@ -1,11 +1,11 @@
 """``native``: a JVM-free BM25 engine — compressed postings on disk, built in bounded memory, searched by numba.
 
-Building streams the passages in segments of ``segment_docs``: worker processes analyse a segment into
-term-major postings, which go to a scratch file; once every passage is seen (and so every idf and the average
-length are known) the segments are merged term range by term range into bit-packed blocks
-(:mod:`searchenv.retrievers.postings`) with each block's highest BM25 impact. Memory is bounded by the segment
-size and the merge range, not by the corpus: what grows with N is the vocabulary, one norm byte and one length
-per passage.
+Building streams the passages in segments of ``segment_docs``: worker processes analyse a segment (reading a
+disk corpus's rows themselves; :mod:`searchenv.retrievers.segment_postings`) into term-major postings, which go to
+a scratch file; once every passage is seen (and so every idf and the average length are known) the segments are
+merged term range by term range into bit-packed blocks (:mod:`searchenv.retrievers.postings`) with each block's
+highest BM25 impact. Memory is bounded by the segment size, the merge range and the tokens a worker remembers, not
+by the corpus: what grows with N is the vocabulary, one norm byte and one length per passage.
 
 Searching memory-maps the index. Per query, terms run from the highest score bound (rare terms) down, scoring
 postings into a dense accumulator (term-at-a-time); once the bounds of the terms left add up to less than the
