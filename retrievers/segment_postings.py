@@ -37,6 +37,7 @@ class SegmentPostings(NamedTuple):
     """
 
     analyser: str  # the worker state that numbered the terms (a fresh one after :meth:`SegmentAnalyser._forget`)
+    replaces: str  # the worker state this one replaced, whose numbering is no longer used ("" for none)
     first_new: int  # the worker id of ``new_terms[0]``
     new_terms: list[str]  # the terms this segment showed the worker for the first time, by worker id
     terms: np.ndarray  # the worker id of each of the segment's terms, in order of first appearance
@@ -125,11 +126,12 @@ class SegmentAnalyser:
     def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
         self.analyzer = EnglishAnalyzer()
         self.max_tokens = max_tokens
+        self._name = ""
         self._forget()
 
     def _forget(self) -> None:
         """Start the token tables afresh (what they hold only saves work, never changes a result)."""
-        self._name = uuid.uuid4().hex
+        self._replaced, self._name = self._name, uuid.uuid4().hex
         self._reported = 0  # worker terms already named in a result
         self._ascii = TokenTable()
         self._unicode = TokenTable(unicode=True, classify=_character_kind)
@@ -212,8 +214,10 @@ class SegmentAnalyser:
         docs, tfs = np.empty(len(rows), np.int32), np.empty(len(rows), np.int32)
         scatter(rows[:, 1], 0, starts, rows[:, 0], rows[:, 2], docs, tfs)  # stable: passages stay ascending
         first_new, self._reported = self._reported, len(self._terms)
+        replaced, self._replaced = self._replaced, ""
         return SegmentPostings(
             self._name,
+            replaced,
             first_new,
             self._terms[first_new:],
             local_terms[:count].copy(),

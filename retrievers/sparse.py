@@ -227,6 +227,7 @@ class _SegmentWriter:
     def add(self, analysed: SegmentPostings) -> None:
         """Give the segment's terms global ids — new terms the next ids, in the segment's order of first
         appearance, as walking its terms one by one would — and write its postings to the scratch directory."""
+        self._global_of.pop(analysed.replaces, None)
         known = self._global_of.get(analysed.analyser, np.zeros(0, np.int64))
         if len(known) != analysed.first_new:
             raise RuntimeError(f"segment {len(self.segments)} skips terms of its worker; this is a bug")

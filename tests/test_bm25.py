@@ -249,6 +249,21 @@ def test_streamed_build_in_tiny_segments_equals_one_shot_build(tmp_path, union, 
     assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(hits, reference, strict=True))
 
 
+def test_build_with_forgetful_workers_writes_the_same_index(tmp_path, union, monkeypatch):
+    """Workers that start their token tables afresh between segments (a bounded memory) change no byte."""
+    import functools
+
+    from searchenv.retrievers import sparse
+    from searchenv.retrievers.segment_postings import SegmentAnalyser
+
+    texts = [union.search_text(i) for i in range(1500)]
+    build_native_index(texts, tmp_path / "plain", 0.9, 0.4, segment_docs=200, show_progress=False)
+    monkeypatch.setattr(sparse, "SegmentAnalyser", functools.partial(SegmentAnalyser, max_tokens=2000))
+    build_native_index(texts, tmp_path / "forgetful", 0.9, 0.4, segment_docs=200, show_progress=False)
+    names = sorted(p.name for p in (tmp_path / "plain").iterdir())
+    assert all((tmp_path / "plain" / n).read_bytes() == (tmp_path / "forgetful" / n).read_bytes() for n in names)
+
+
 def test_parallel_build_equals_serial_build(tmp_path):
     texts = [f"passage {i} about topic{i % 97} and item{i % 13} with word{i % 5} " * (1 + i % 3) for i in range(60_000)]
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
