@@ -22,6 +22,7 @@ scores are summed in double — so scores usually equal Lucene's to the last bit
 
 from __future__ import annotations
 
+import ctypes
 import json
 import multiprocessing
 import shutil
@@ -188,6 +189,21 @@ def _row_search_text(row: dict) -> str:
     """A corpus row's search text, as :meth:`Corpus.search_text` composes it."""
     title, text = split_contents(row["contents"]) if "contents" in row else (str(row["title"]), str(row["text"]))
     return f"{title}\n{text}"
+
+
+def _keep_freed_memory() -> None:
+    """Start-up of a build worker: have glibc keep large freed blocks for reuse rather than unmap them.
+
+    A worker allocates and frees arrays of tens of MB for every chunk of passages; unmapped, each comes back as
+    fresh pages whose faults cost about a sixth of the worker's CPU. The worker's peak memory, the largest set of
+    arrays it holds at once, does not change. Elsewhere than glibc this does nothing.
+    """
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: blocks below 1 GB come from the heap
+    mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: up to 1 GB of freed heap is kept
 
 
 def _analyse_segment(segment: list[str] | _CorpusRange) -> SegmentPostings:
@@ -417,7 +433,7 @@ def build_native_index(
             # never a JVM or thread pool the parent may hold.
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
             context = multiprocessing.get_context(method)
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            with ProcessPoolExecutor(workers, mp_context=context, initializer=_keep_freed_memory) as pool:
                 pending: list[Future] = []
                 for segment in segments:
                     pending.append(pool.submit(_analyse_segment, segment))
