@@ -195,8 +195,8 @@ def _keep_freed_memory() -> None:
     """Start-up of a build worker: have glibc keep large freed blocks for reuse rather than unmap them.
 
     A worker allocates and frees arrays of tens of MB for every chunk of passages; unmapped, each comes back as
-    fresh pages whose faults cost about a sixth of the worker's CPU. The worker's peak memory, the largest set of
-    arrays it holds at once, does not change. Elsewhere than glibc this does nothing.
+    fresh pages whose faults cost about a sixth of the worker's CPU. Kept, they raise the worker's peak memory a
+    little (990 instead of 830 MB in segments of 100,000 passages). Elsewhere than glibc this does nothing.
     """
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
