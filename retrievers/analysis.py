@@ -16,8 +16,10 @@ Snowball's ``porter`` from ``PyStemmer``, finished by hand where Lucene's Porter
 (:meth:`EnglishAnalyzer.stem`). ``tests/test_bm25.py`` compares terms with the real analyzer on a few hundred
 mixed-script strings and on real passages.
 
-Analysis is memoised per distinct surface token, which is what makes indexing a million passages in Python
-affordable: each passage costs one regular-expression scan and one dictionary lookup per token.
+Analysis is memoised per distinct surface token: each text costs one regular-expression scan and one dictionary
+lookup per token. The native index build goes faster still: it tokenises plain text in compiled code
+(:mod:`searchenv.retrievers.token_table`) and calls :meth:`EnglishAnalyzer.analyse_tokens` once per distinct token;
+``tests/test_bm25.py`` checks that it indexes exactly the terms :meth:`EnglishAnalyzer.analyze` gives.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Iterable
 
 from searchenv.retrievers.lucene_chars import EMOJI_ADDED, SCRIPT_RUN_ADDED, TOKEN_CHARS_DROPPED
 
-__all__ = ["LUCENE_STOPWORDS", "EnglishAnalyzer", "TOKEN_CANDIDATE"]
+__all__ = ["LUCENE_STOPWORDS", "TOKEN_CANDIDATE", "EnglishAnalyzer", "is_plain_char", "java_lower"]
 
 #: Lucene's ``EnglishAnalyzer.ENGLISH_STOP_WORDS_SET`` (what Anserini removes by default).
 LUCENE_STOPWORDS = frozenset(
@@ -113,7 +115,7 @@ _PLAIN_TOKEN = re.compile(r"_*[^\W_](?:\w|(?<=[^\W\d_])[.:'’·](?=[^\W\d_])|(?
 _PLAIN_MIDS = frozenset("’·")
 
 
-def _char_kind(char: str) -> bool:
+def is_plain_char(char: str) -> bool:
     """Whether ``_PLAIN_TOKEN`` treats ``char`` as Lucene does: an ASCII character, a letter that only ever joins
     letters and digits, a mid-word mark it knows, or a separator that never belongs to a token."""
     import regex
@@ -136,6 +138,15 @@ def _char_kind(char: str) -> bool:
 # Java lowercases code point by code point; Python's full case mapping differs for these two (İ → i + dot above,
 # and a word-final Σ → ς).
 _JAVA_LOWER = str.maketrans({"\u0130": "i", "\u03a3": "\u03c3"})
+
+
+def java_lower(text: str) -> str:
+    """``text`` lowercased as Java's ``String.toLowerCase`` per code point does (what Lucene's filter does)."""
+    if "\u0130" in text or "\u03a3" in text:  # str.translate costs tens of µs on any non-ASCII text
+        text = text.translate(_JAVA_LOWER)
+    return text.lower()
+
+
 # The same rules restricted to ASCII (no extend, katakana, ideograph or emoji characters there).
 # Written so that the common case, a run of word characters, needs no look-around.
 _ASCII_TOKEN = re.compile(
@@ -173,7 +184,10 @@ class EnglishAnalyzer:
             raise ImportError(
                 "BM25 analysis needs a Porter stemmer: pip install PyStemmer (part of 'searchenv[bm25]')"
             ) from None
-        self._stem = Stemmer.Stemmer("porter").stemWord
+        # No cache inside the stemmer (its own costs 3 µs a word): ``term_of``'s memo, or the build's token table,
+        # already stems each distinct token once.
+        stemmer = Stemmer.Stemmer("porter", 0)
+        self._stem, self._stem_words = stemmer.stemWord, stemmer.stemWords
         self._memo: dict[str, str | None] = {}
         self._unicode_token = None  # compiled on first non-ASCII text (a fraction of a second)
         self._char_kinds: dict[str, bool] = {}
@@ -182,7 +196,7 @@ class EnglishAnalyzer:
         """Raw lowercased tokens, before possessive stripping, stopwords and stemming."""
         if text.isascii():
             return _ASCII_TOKEN.findall(text.lower())
-        text = text.translate(_JAVA_LOWER).lower()
+        text = java_lower(text)
         if self._plain(text):
             return _PLAIN_TOKEN.findall(text)
         if self._unicode_token is None:
@@ -196,7 +210,7 @@ class EnglishAnalyzer:
         for char in set(text):
             kind = kinds.get(char)
             if kind is None:
-                kind = kinds[char] = _char_kind(char)
+                kind = kinds[char] = is_plain_char(char)
             if not kind:
                 return False
         return True
@@ -204,16 +218,26 @@ class EnglishAnalyzer:
     def term_of(self, token: str) -> str | None:
         term = self._memo.get(token, "")
         if term == "":
-            term = self._analyse_token(token)
+            term = self.analyse_token(token)
             self._memo[token] = term
         return term
 
-    def _analyse_token(self, token: str) -> str | None:
+    def analyse_token(self, token: str) -> str | None:
+        """:meth:`term_of` without the memo."""
         if token.endswith(("'s", "’s")):
             token = token[:-2]
         if not token or token in LUCENE_STOPWORDS:
             return None
         return self.stem(token)
+
+    def analyse_tokens(self, tokens: list[str]) -> list[str | None]:
+        """:meth:`analyse_token` of each token, stemmed in one call: for callers that keep each distinct token
+        once themselves (the index build)."""
+        words = [t[:-2] if t.endswith(("'s", "’s")) else t for t in tokens]
+        return [
+            None if not word or word in LUCENE_STOPWORDS else word if len(word) <= 2 else self._finish(stem)
+            for word, stem in zip(words, self._stem_words(words), strict=True)
+        ]
 
     def stem(self, word: str) -> str:
         """Porter as Lucene's ``PorterStemmer`` runs it (Martin Porter's reference C code).
@@ -223,9 +247,10 @@ class EnglishAnalyzer:
         (instead of ``-abli`` to ``-able``). Snowball leaves such endings untouched, so finishing its output
         by hand gives Lucene's stem.
         """
-        if len(word) <= 2:
-            return word
-        stem = self._stem(word)
+        return word if len(word) <= 2 else self._finish(self._stem(word))
+
+    def _finish(self, stem: str) -> str:
+        """Lucene's stem from Snowball's (see :meth:`stem`)."""
         if stem.endswith("logi") and _porter_measure(stem[:-4]) > 0:
             return stem[:-1]
         if stem.endswith("bli") and _porter_measure(stem[:-3]) > 0:

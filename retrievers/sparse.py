@@ -1,11 +1,11 @@
 """``native``: a JVM-free BM25 engine — compressed postings on disk, built in bounded memory, searched by numba.
 
-Building streams the passages in segments of ``segment_docs``: worker processes analyse a segment into
-term-major postings, which go to a scratch file; once every passage is seen (and so every idf and the average
-length are known) the segments are merged term range by term range into bit-packed blocks
-(:mod:`searchenv.retrievers.postings`) with each block's highest BM25 impact. Memory is bounded by the segment
-size and the merge range, not by the corpus: what grows with N is the vocabulary, one norm byte and one length
-per passage.
+Building streams the passages in segments of ``segment_docs``: worker processes analyse a segment (reading a
+disk corpus's rows themselves; :mod:`searchenv.retrievers.segment_postings`) into term-major postings, which go to
+a scratch file; once every passage is seen (and so every idf and the average length are known) the segments are
+merged term range by term range into bit-packed blocks (:mod:`searchenv.retrievers.postings`) with each block's
+highest BM25 impact. Memory is bounded by the segment size, the merge range and the tokens a worker remembers, not
+by the corpus: what grows with N is the vocabulary, one norm byte and one length per passage.
 
 Searching memory-maps the index. Per query, terms run from the highest score bound (rare terms) down, scoring
 postings into a dense accumulator (term-at-a-time); once the bounds of the terms left add up to less than the
@@ -22,15 +22,14 @@ scores are summed in double — so scores usually equal Lucene's to the last bit
 
 from __future__ import annotations
 
+import ctypes
 import json
 import multiprocessing
-import operator
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import compress, repeat
 from pathlib import Path
 
 import numpy as np
@@ -41,8 +40,10 @@ try:
 except ImportError:  # pragma: no cover - depends on the install
     raise ImportError("the native BM25 engine needs numba: pip install 'searchenv[bm25]'") from None
 
+from searchenv.corpus_store import DiskCorpus
 from searchenv.retrievers.analysis import EnglishAnalyzer
 from searchenv.retrievers.postings import BLOCK, decode_block, encode_terms
+from searchenv.retrievers.segment_postings import SegmentAnalyser, SegmentPostings
 from searchenv.types import Corpus, split_contents
 
 __all__ = [
@@ -61,9 +62,10 @@ FORMAT_VERSION = "searchenv-native-2"
 DEFAULT_SEGMENT_DOCS = 100_000
 #: Postings merged per step (about 14 bytes each while merging).
 DEFAULT_MERGE_POSTINGS = 16_000_000
-_ANALYSE_CHUNK = 20_000  # passages tokenised per vectorised step inside a segment
 _PARALLEL_MIN_DOCS = 50_000  # below this a worker pool costs more than it saves
-_FILES = ("idf", "norms", "norm_cache", "term_blocks", "term_max", "block_last", "block_offset", "block_max")
+# What a term's score bound and document frequency are is not stored: both follow from the blocks (a term's
+# highest block maximum, the sum of its block counts), which keeps small indexes small (most terms are rare).
+_FILES = ("idf", "norms", "norm_cache", "term_blocks", "block_last", "block_offset", "block_max")
 
 
 @dataclass(frozen=True)
@@ -81,11 +83,15 @@ class CollectionStats:
 
     @classmethod
     def of_index(cls, directory: str | Path) -> CollectionStats:
-        """The statistics a native index directory recorded when it was built."""
+        """The statistics of the passages a native index directory was built over."""
         directory = Path(directory)
         meta = json.loads((directory / "native.json").read_text(encoding="utf-8"))
         terms = (directory / "terms.txt").read_text(encoding="utf-8")
-        doc_freq = np.load(directory / "doc_freq.npy")
+        data = np.memmap(directory / "postings.bin", dtype=np.uint8, mode="r")
+        offsets = np.load(directory / "block_offset.npy", mmap_mode="r")[:-1]
+        block_counts = data[offsets.astype(np.int64) + 2].astype(np.int64) + 1  # a block header's third byte: count - 1
+        term_blocks = np.load(directory / "term_blocks.npy")
+        doc_freq = np.add.reduceat(block_counts, term_blocks[:-1]) if len(term_blocks) > 1 else np.zeros(0, np.int64)
         return cls(
             dict(zip(terms.split("\n") if terms else [], doc_freq.tolist())), meta["doc_count"], meta["total_length"]
         )
@@ -147,62 +153,84 @@ def _lucene_weights(doc_freq: np.ndarray, doc_count: int, total_length: int, k1:
 
 
 # ---------------------------------------------------------------------------------------------------- building
-_worker_analyzer: EnglishAnalyzer | None = None
+_worker_analyser: SegmentAnalyser | None = None
 
 
-def _analyse_segment(texts: list[str]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Postings of one segment with a vocabulary of its own: (terms, local doc, local term id, tf, lengths).
+@dataclass(frozen=True)
+class _CorpusRange:
+    """Passages ``start:stop`` of a disk corpus: what a worker is sent instead of their texts (it reads them)."""
 
-    Runs in a worker process (its analyzer's memo lives as long as the worker). Rows are doc-major.
+    corpus: DiskCorpus
+    start: int
+    stop: int
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def texts(self) -> list[str]:
+        """Their search texts (:meth:`DiskCorpus.search_text`): the rows read in one piece and parsed in one
+        ``json.loads`` call (row by row where blank lines lie between them)."""
+        store = self.corpus.store
+        begin = int(store.offsets[self.start])
+        end = int(store.offsets[self.stop - 1]) + len(store.line(self.stop - 1))
+        with open(store.path, "rb") as handle:
+            handle.seek(begin)
+            block = handle.read(end - begin)
+        try:
+            rows = json.loads(b"[" + block.replace(b"\n", b",") + b"]")
+        except json.JSONDecodeError:
+            rows = []
+        if len(rows) != len(self):
+            rows = json.loads(b"[" + b",".join(map(store.line, range(self.start, self.stop))) + b"]")
+        return list(map(_row_search_text, rows))
+
+
+def _row_search_text(row: dict) -> str:
+    """A corpus row's search text, as :meth:`Corpus.search_text` composes it."""
+    title, text = split_contents(row["contents"]) if "contents" in row else (str(row["title"]), str(row["text"]))
+    return f"{title}\n{text}"
+
+
+def _keep_freed_memory() -> None:
+    """Start-up of a build worker: have glibc keep large freed blocks for reuse rather than unmap them.
+
+    A worker allocates and frees arrays of tens of MB for every chunk of passages; unmapped, each comes back as
+    fresh pages whose faults cost about a sixth of the worker's CPU. Kept, they raise the worker's peak memory a
+    little (990 instead of 830 MB in segments of 100,000 passages). Elsewhere than glibc this does nothing.
     """
-    global _worker_analyzer
-    if _worker_analyzer is None:
-        _worker_analyzer = EnglishAnalyzer()
-    analyzer = _worker_analyzer
-    token_ids: dict[str, int] = {}  # raw token → local term id, -1 for stopwords
-    term_ids: dict[str, int] = {}
-    parts_docs, parts_terms, parts_tfs = [], [], []
-    lengths = np.zeros(len(texts), dtype=np.int32)
-    for lo in range(0, len(texts), _ANALYSE_CHUNK):
-        hi = min(len(texts), lo + _ANALYSE_CHUNK)
-        per_doc = np.empty(hi - lo, dtype=np.int64)
-        tokens: list[str] = []
-        for i in range(lo, hi):
-            doc_tokens = analyzer.tokens(texts[i])
-            per_doc[i - lo] = len(doc_tokens)
-            tokens.extend(doc_tokens)
-        ids = list(map(token_ids.get, tokens))  # one C-level pass; new tokens are analysed once below
-        if None in ids:
-            for token in dict.fromkeys(compress(tokens, map(operator.is_, ids, repeat(None)))):  # first-seen order
-                term = analyzer.term_of(token)
-                token_ids[token] = -1 if term is None else term_ids.setdefault(term, len(term_ids))
-            ids = list(map(token_ids.get, tokens))
-        term_arr = np.array(ids, dtype=np.int64)
-        doc_arr = np.repeat(np.arange(lo, hi, dtype=np.int64), per_doc)
-        kept = term_arr >= 0
-        term_arr, doc_arr = term_arr[kept], doc_arr[kept]
-        lengths[lo:hi] = np.bincount(doc_arr - lo, minlength=hi - lo)
-        keys, tfs = np.unique((doc_arr << 32) | term_arr, return_counts=True)
-        parts_docs.append((keys >> 32).astype(np.int32))
-        parts_terms.append((keys & 0xFFFFFFFF).astype(np.int32))
-        parts_tfs.append(tfs.astype(np.int32))
-    return list(term_ids), np.concatenate(parts_docs), np.concatenate(parts_terms), np.concatenate(parts_tfs), lengths
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: blocks below 1 GB come from the heap
+    mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: up to 1 GB of freed heap is kept
+
+
+def _analyse_segment(segment: list[str] | _CorpusRange) -> SegmentPostings:
+    """Postings of one segment (:meth:`SegmentAnalyser.analyse`), in a worker process whose analysis state lives
+    as long as the worker."""
+    global _worker_analyser
+    if _worker_analyser is None:
+        _worker_analyser = SegmentAnalyser()
+    return _worker_analyser.analyse(segment if isinstance(segment, list) else segment.texts())
 
 
 @njit(cache=True)
-def _scatter(keys, first_key, indptr, values_a, values_b, out_a, out_b):  # pragma: no cover - jit
-    """Stable counting sort of (a, b) pairs by ``keys - first_key`` into the slots ``indptr`` gives each key."""
-    fill = indptr[:-1].copy()
-    for i in range(keys.shape[0]):
-        slot = keys[i] - first_key
-        p = fill[slot]
-        out_a[p] = values_a[i]
-        out_b[p] = values_b[i]
-        fill[slot] = p + 1
+def _copy_runs(terms, starts, docs, tfs, first_doc, t0, t1, fill, out_docs, out_tfs):  # pragma: no cover - jit
+    """Append one segment's postings of the global terms ``t0:t1`` to each term's slot (``fill``) in the output."""
+    for i in range(terms.shape[0]):
+        t = terms[i]
+        if t0 <= t < t1:
+            p = fill[t - t0]
+            for j in range(starts[i], starts[i + 1]):
+                out_docs[p] = docs[j] + first_doc
+                out_tfs[p] = tfs[j]
+                p += 1
+            fill[t - t0] = p
 
 
 class _SegmentWriter:
-    """Turns analysed segments into term-major scratch files with global term ids, and keeps the global counts."""
+    """Turns analysed segments into scratch files with global term ids, and keeps the global counts."""
 
     def __init__(self, scratch: Path):
         self.scratch = scratch
@@ -210,30 +238,41 @@ class _SegmentWriter:
         self.doc_freq = np.zeros(0, dtype=np.int64)
         self.lengths: list[np.ndarray] = []
         self.segments: list[int] = []  # the first document of each
+        self._global_of: dict[str, np.ndarray] = {}  # per worker analyser: its term ids → global ids
 
-    def add(self, analysed: tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
-        vocabulary, docs, local_terms, tfs, lengths = analysed
-        setdefault = self.term_ids.setdefault
-        global_ids = np.fromiter((setdefault(t, len(self.term_ids)) for t in vocabulary), np.int64, len(vocabulary))
-        terms = global_ids[local_terms]
-        vocab_size = len(self.term_ids)
-        counts = np.bincount(terms, minlength=vocab_size)
-        indptr = np.zeros(vocab_size + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        out_docs = np.empty(len(docs), dtype=np.int32)
-        out_tfs = np.empty(len(docs), dtype=np.int32)
-        _scatter(terms, 0, indptr, docs, tfs, out_docs, out_tfs)
-        index = len(self.segments)
-        present = np.flatnonzero(counts)  # a segment's own terms only: its files do not grow with the vocabulary
-        np.save(self.scratch / f"seg{index}-terms.npy", present.astype(np.int32))
-        np.save(self.scratch / f"seg{index}-starts.npy", np.append(indptr[present], indptr[-1]))
-        np.save(self.scratch / f"seg{index}-docs.npy", out_docs)
-        np.save(self.scratch / f"seg{index}-tfs.npy", np.minimum(out_tfs, 65535).astype(np.uint16))
-        grown = np.zeros(vocab_size, dtype=np.int64)
+    def add(self, analysed: SegmentPostings) -> None:
+        """Give the segment's terms global ids — new terms the next ids, in the segment's order of first
+        appearance, as walking its terms one by one would — and write its postings to the scratch directory."""
+        self._global_of.pop(analysed.replaces, None)
+        known = self._global_of.get(analysed.analyser, np.zeros(0, np.int64))
+        if len(known) != analysed.first_new:
+            raise RuntimeError(f"segment {len(self.segments)} skips terms of its worker; this is a bug")
+        get = self.term_ids.get
+        new = np.fromiter((get(t, -1) for t in analysed.new_terms), np.int64, len(analysed.new_terms))
+        known = np.concatenate([known, new])
+        terms = known[analysed.terms]
+        fresh = np.flatnonzero(terms < 0)
+        if len(fresh):
+            ids = np.arange(len(self.term_ids), len(self.term_ids) + len(fresh))
+            worker_ids = analysed.terms[fresh]
+            for worker_id, term_id in zip((worker_ids - analysed.first_new).tolist(), ids.tolist(), strict=True):
+                self.term_ids[analysed.new_terms[worker_id]] = term_id
+            terms[fresh] = ids
+            known[worker_ids] = ids
+        if np.any(known[analysed.first_new :] < 0):  # every term new to the worker occurs in the segment
+            raise RuntimeError(f"segment {len(self.segments)} names terms it does not hold; this is a bug")
+        self._global_of[analysed.analyser] = known
+        grown = np.zeros(len(self.term_ids), dtype=np.int64)
         grown[: len(self.doc_freq)] = self.doc_freq
-        self.doc_freq = grown + counts
+        grown[terms] += np.diff(analysed.starts)
+        self.doc_freq = grown
+        index = len(self.segments)
+        np.save(self.scratch / f"seg{index}-terms.npy", terms.astype(np.int32))
+        np.save(self.scratch / f"seg{index}-starts.npy", analysed.starts)
+        np.save(self.scratch / f"seg{index}-docs.npy", analysed.docs)
+        np.save(self.scratch / f"seg{index}-tfs.npy", analysed.tfs)
         self.segments.append(sum(len(x) for x in self.lengths))
-        self.lengths.append(lengths)
+        self.lengths.append(analysed.lengths)
 
     def merge(
         self,
@@ -266,7 +305,6 @@ class _SegmentWriter:
         ]
         total = int(self.doc_freq.sum())
         term_blocks = np.zeros(vocab_size + 1, dtype=np.int64)
-        term_max = np.zeros(vocab_size, dtype=np.float32)
         block_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         written = blocks = 0
         progress = tqdm(total=total, desc="native: merging", unit="posting", disable=not show_progress)
@@ -276,7 +314,10 @@ class _SegmentWriter:
                 t1 = _term_range_end(self.doc_freq, t0, merge_postings)
                 chunk_indptr = np.zeros(t1 - t0 + 1, dtype=np.int64)
                 np.cumsum(self.doc_freq[t0:t1], out=chunk_indptr[1:])
-                docs, tfs = self._gather(segments, t0, t1, chunk_indptr)
+                docs, tfs = np.empty(chunk_indptr[-1], np.int32), np.empty(chunk_indptr[-1], np.int32)
+                fill = chunk_indptr[:-1].copy()
+                for first_doc, (terms, starts, seg_docs, seg_tfs) in zip(self.segments, segments, strict=True):
+                    _copy_runs(terms, starts, seg_docs, seg_tfs, first_doc, t0, t1, fill, docs, tfs)
                 nblocks = int(np.sum(-(-self.doc_freq[t0:t1] // BLOCK)))
                 out = np.empty(len(docs) * 6 + nblocks * 3 + 8, dtype=np.uint8)
                 last = np.empty(nblocks, np.int32)
@@ -289,7 +330,6 @@ class _SegmentWriter:
                 postings.write(out[:size].tobytes())
                 block_parts.append((last[:count], offset[:count] + written, best[:count]))
                 term_blocks[t0:t1] = starts + blocks
-                term_max[t0:t1] = np.maximum.reduceat(best[:count], starts) if count else 0
                 written += size
                 blocks += count
                 progress.update(len(docs))
@@ -303,11 +343,10 @@ class _SegmentWriter:
         # Narrow indices where they fit (every index below 4 GB of postings and 2**31 blocks): smaller on disk.
         block_offset = np.append(block_offset, written).astype(np.uint32 if written < 2**32 else np.int64)
         term_blocks = term_blocks.astype(np.int32 if blocks < 2**31 else np.int64)
-        arrays = (idf, norms, cache, term_blocks, term_max, block_last, block_offset, block_max)
+        arrays = (idf, norms, cache, term_blocks, block_last, block_offset, block_max)
         for name, array in zip(_FILES, arrays, strict=True):
             np.save(directory / f"{name}.npy", array)
         (directory / "terms.txt").write_text("\n".join(self.term_ids), encoding="utf-8")
-        np.save(directory / "doc_freq.npy", self.doc_freq)  # the statistics a shard of this corpus scores with
         meta = {
             "num_docs": len(lengths),
             "postings": total,
@@ -318,25 +357,6 @@ class _SegmentWriter:
             "total_length": total_length,
         }
         (directory / "native.json").write_text(json.dumps(meta), encoding="utf-8")
-
-    def _gather(self, segments, t0: int, t1: int, chunk_indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The postings of terms ``t0:t1`` from every segment, term-major with documents ascending."""
-        seg_docs, seg_tfs, seg_terms = [], [], []
-        for first_doc, (terms, starts, docs, tfs) in zip(self.segments, segments, strict=True):
-            a, z = np.searchsorted(terms, [t0, t1])
-            if z == a:
-                continue
-            lo, hi = int(starts[a]), int(starts[z])
-            seg_docs.append(docs[lo:hi] + np.int32(first_doc))
-            seg_tfs.append(np.asarray(tfs[lo:hi], dtype=np.int32))
-            seg_terms.append(np.repeat(np.asarray(terms[a:z], dtype=np.int64), np.diff(starts[a : z + 1])))
-        if not seg_docs:
-            return np.zeros(0, np.int32), np.zeros(0, np.int32)
-        terms = np.concatenate(seg_terms)
-        docs = np.empty(len(terms), np.int32)
-        tfs = np.empty(len(terms), np.int32)
-        _scatter(terms, t0, chunk_indptr, np.concatenate(seg_docs), np.concatenate(seg_tfs), docs, tfs)
-        return docs, tfs
 
 
 def _term_range_end(doc_freq: np.ndarray, t0: int, budget: int) -> int:
@@ -364,11 +384,9 @@ def jsonl_search_texts(path: str | Path) -> Iterator[str]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-                title, text = split_contents(row["contents"]) if "contents" in row else (row["title"], row["text"])
+                yield _row_search_text(json.loads(line))
             except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
                 raise ValueError(f"{path}:{line_no}: not a corpus row ({exc!r})") from None
-            yield f"{title}\n{text}"
 
 
 def build_native_index(
@@ -395,11 +413,16 @@ def build_native_index(
         raise ValueError(f"segment_docs and merge_postings must be positive, got {segment_docs}, {merge_postings}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    if isinstance(passages, Corpus):
+    segments: Iterable[list[str] | _CorpusRange]
+    if isinstance(passages, DiskCorpus):  # workers read their own passages: no texts through the parent
         num_docs = len(passages)
-        texts: Iterable[str] = map(passages.search_text, range(len(passages)))
+        bounds = range(0, num_docs, segment_docs)
+        segments = (_CorpusRange(passages, lo, min(lo + segment_docs, num_docs)) for lo in bounds)
+    elif isinstance(passages, Corpus):
+        num_docs = len(passages)
+        segments = _segments(map(passages.search_text, range(num_docs)), segment_docs)
     else:
-        texts = (p if isinstance(p, str) else p[1] for p in passages)
+        segments = _segments((p if isinstance(p, str) else p[1] for p in passages), segment_docs)
     scratch = Path(tempfile.mkdtemp(prefix=".segments-", dir=directory))
     try:
         writer = _SegmentWriter(scratch)
@@ -410,9 +433,9 @@ def build_native_index(
             # never a JVM or thread pool the parent may hold.
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
             context = multiprocessing.get_context(method)
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            with ProcessPoolExecutor(workers, mp_context=context, initializer=_keep_freed_memory) as pool:
                 pending: list[Future] = []
-                for segment in _segments(texts, segment_docs):
+                for segment in segments:
                     pending.append(pool.submit(_analyse_segment, segment))
                     del segment
                     while len(pending) > workers:  # bounded read-ahead: memory does not grow with the corpus
@@ -422,8 +445,9 @@ def build_native_index(
                     writer.add(job.result())
                     progress.update(len(writer.lengths[-1]))
         else:
-            for segment in _segments(texts, segment_docs):
-                writer.add(_analyse_segment(segment))
+            analyser = SegmentAnalyser()
+            for segment in segments:
+                writer.add(analyser.analyse(segment if isinstance(segment, list) else segment.texts()))
                 progress.update(len(segment))
         progress.close()
         writer.merge(directory, k1, b, merge_postings, show_progress, collection)
@@ -734,6 +758,7 @@ class NativeEngine:
             len(self.vocabulary) == meta["terms"] == len(arrays["idf"]) == len(arrays["term_blocks"]) - 1
             and len(arrays["norms"]) == self.num_docs
             and int(arrays["block_offset"][-1]) == len(data)
+            and int(arrays["term_blocks"][-1]) == len(arrays["block_max"]) == len(arrays["block_offset"]) - 1
         )
         if not consistent:
             raise ValueError(f"{directory} holds a corrupt native BM25 index (its files disagree in size); rebuild it")
@@ -748,7 +773,10 @@ class NativeEngine:
             arrays["idf"],
             arrays["norms"],
             arrays["norm_cache"],
-            arrays["term_max"],
+            # each term's score bound: its highest block maximum (every term has at least one block)
+            np.maximum.reduceat(arrays["block_max"], arrays["term_blocks"][:-1])
+            if len(self.vocabulary)
+            else np.zeros(0, np.float32),
         )
         self.threads = max(1, int(threads))
         self.scratch = scratch  # the temporary directory of an in-memory build, removed with the engine

@@ -249,6 +249,21 @@ def test_streamed_build_in_tiny_segments_equals_one_shot_build(tmp_path, union, 
     assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(hits, reference, strict=True))
 
 
+def test_build_with_forgetful_workers_writes_the_same_index(tmp_path, union, monkeypatch):
+    """Workers that start their token tables afresh between segments (a bounded memory) change no byte."""
+    import functools
+
+    from searchenv.retrievers import sparse
+    from searchenv.retrievers.segment_postings import SegmentAnalyser
+
+    texts = [union.search_text(i) for i in range(1500)]
+    build_native_index(texts, tmp_path / "plain", 0.9, 0.4, segment_docs=200, show_progress=False)
+    monkeypatch.setattr(sparse, "SegmentAnalyser", functools.partial(SegmentAnalyser, max_tokens=2000))
+    build_native_index(texts, tmp_path / "forgetful", 0.9, 0.4, segment_docs=200, show_progress=False)
+    names = sorted(p.name for p in (tmp_path / "plain").iterdir())
+    assert all((tmp_path / "plain" / n).read_bytes() == (tmp_path / "forgetful" / n).read_bytes() for n in names)
+
+
 def test_parallel_build_equals_serial_build(tmp_path):
     texts = [f"passage {i} about topic{i % 97} and item{i % 13} with word{i % 5} " * (1 + i % 3) for i in range(60_000)]
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
@@ -325,3 +340,105 @@ def test_jsonl_stream_gives_the_corpus_search_texts(tmp_path, shared_data):
     corpus = Corpus.from_jsonl(path)
     first = list(itertools.islice(jsonl_search_texts(path), 500))
     assert first == [corpus.search_text(i) for i in range(500)]
+
+
+# ------------------------------------------------------------------------- the build's compiled analysis path
+_PLAIN_FRAGMENTS = (
+    "Zoë’s café naïve Ærø O’Brien’s l·l Ελλάδα ΣΟΦΟΣ İzmir Straße Москва’s 12’34 über_alles ÉCOLE 3’4 a’b "
+    "_é_ é__ x’ ’y ·z Łódź Þór ð ß ﬁ ª º µ"
+).split(" ")
+
+
+def _reference_postings(texts: list[str]) -> tuple[list[str], list[list[tuple[str, int]]]]:
+    """The segment postings, straight from ``EnglishAnalyzer.analyze``: terms in order of first appearance, and
+    each passage's (term, tf) pairs."""
+    analyzer = EnglishAnalyzer()
+    vocabulary: dict[str, None] = {}
+    per_passage = []
+    for text in texts:
+        terms = analyzer.analyze(text)
+        vocabulary.update(dict.fromkeys(terms))
+        per_passage.append(sorted({t: terms.count(t) for t in terms}.items()))
+    return list(vocabulary), per_passage
+
+
+def _segment_result(analysed, worker_terms: dict[str, list[str]]) -> tuple[list[str], list[list[tuple[str, int]]]]:
+    """A :class:`SegmentPostings` as (its terms in order, each passage's sorted (term, tf) pairs)."""
+    names = worker_terms.setdefault(analysed.analyser, [])
+    assert len(names) == analysed.first_new
+    names.extend(analysed.new_terms)
+    vocabulary = [names[t] for t in analysed.terms.tolist()]
+    pairs: list[list[tuple[str, int]]] = [[] for _ in analysed.lengths]
+    for i, term in enumerate(vocabulary):
+        lo, hi = analysed.starts[i], analysed.starts[i + 1]
+        assert np.all(np.diff(analysed.docs[lo:hi]) > 0)  # passages ascending within a term
+        for doc, tf in zip(analysed.docs[lo:hi].tolist(), analysed.tfs[lo:hi].tolist(), strict=True):
+            pairs[doc].append((term, tf))
+    return vocabulary, [sorted(p) for p in pairs]
+
+
+def test_compiled_segment_analysis_gives_exactly_the_analyzer_terms(monkeypatch):
+    """ASCII passages (compiled scan), plain non-ASCII ones (compiled, by code point) and the rest (the analyzer's
+    full Unicode rules), interleaved and over several chunks: the same terms, tfs, lengths and term numbering —
+    also from a worker that forgets its tables between segments."""
+    from searchenv.retrievers import segment_postings
+    from searchenv.retrievers.segment_postings import SegmentAnalyser
+
+    rng = random.Random(1)
+    ascii_texts = ["".join(rng.choice("aB_z09.:',;- \n\t\"Zy1") for _ in range(rng.randint(0, 80))) for _ in range(300)]
+    plain = [" ".join(rng.choices(_PLAIN_FRAGMENTS + ["the", "Running", "cats'", "U.S.A."], k=6)) for _ in range(300)]
+    texts = ascii_texts + plain + _mixed_script_strings(300, seed=2) + [w for f in _FRAGMENTS for w in (f, f.upper())]
+    texts += ["x" * 300 + " supercalifragilistic " * 3, "", "   ", "a" * 9 + " " + "a" * 8]
+    rng.shuffle(texts)
+    monkeypatch.setattr(segment_postings, "_CHUNK", 97)
+    analyser, forgetful = SegmentAnalyser(), SegmentAnalyser(max_tokens=50)
+    names: dict[str, list[str]] = {}
+    for segment in (texts[:700], texts[700:]):  # the second segment reuses the worker's tables (or starts afresh)
+        analysed = analyser.analyse(segment)
+        vocabulary, pairs = _segment_result(analysed, names)
+        expected_vocabulary, expected = _reference_postings(segment)
+        assert vocabulary == expected_vocabulary and pairs == expected
+        assert analysed.lengths.tolist() == [sum(f for _, f in p) for p in expected]
+        assert _segment_result(forgetful.analyse(segment), names) == (vocabulary, pairs)
+    assert len(analyser._ascii) and len(analyser._unicode) and analyser._other_terms  # all three paths ran
+
+
+def test_token_table_grows_and_keeps_every_token_apart():
+    """From a table of 4 slots: the ASCII scan gives the analyzer's raw tokens, each distinct token one id."""
+    from searchenv.retrievers.analysis import _ASCII_TOKEN
+    from searchenv.retrievers.token_table import TokenTable
+
+    rng = random.Random(3)
+    texts = ["".join(rng.choice("aB_z09.:',;- Zy1") for _ in range(rng.randint(0, 60))) for _ in range(3000)]
+    texts += ["abcdefgh abcdefghi " * 5, "x" * 1000]
+    table = TokenTable(capacity=4)
+    seen: dict[str, int] = {}
+    for lo in range(0, len(texts), 500):
+        ids, counts = table.scan(texts[lo : lo + 500])
+        words = table.tokens(0, len(table))
+        expected = [_ASCII_TOKEN.findall(t.lower()) for t in texts[lo : lo + 500]]
+        assert [words[i] for i in ids.tolist()] == [w for tokens in expected for w in tokens]
+        assert counts.tolist() == [len(tokens) for tokens in expected]
+        for i in ids.tolist():
+            assert seen.setdefault(words[i], i) == i
+    assert len(set(words)) == len(words)
+
+
+def test_disk_corpus_build_reads_the_search_texts(tmp_path, monkeypatch):
+    """A build over a DiskCorpus (its segments read straight from the file, blank lines and both row layouts
+    included) writes the same index as one over the corpus's search texts."""
+    from searchenv.corpus_store import DiskCorpus
+
+    monkeypatch.setenv("SEARCHENV_CACHE_DIR", str(tmp_path / "cache"))
+    rows = [{"id": str(i), "contents": f'"Title {i}"\nSome text number {i}, naïve café 東京.'} for i in range(250)]
+    rows[7] = {"id": "7", "title": "Own layout", "text": "title and text fields ✓"}
+    lines = [json.dumps(row, ensure_ascii=i % 2 == 0) for i, row in enumerate(rows)]
+    lines.insert(100, "   ")
+    (tmp_path / "corpus.jsonl").write_text("\n".join(lines) + "\n\n", encoding="utf-8")
+    corpus = DiskCorpus(tmp_path / "corpus.jsonl")
+    from_disk, from_texts = tmp_path / "disk", tmp_path / "texts"
+    build_native_index(corpus, from_disk, 0.9, 0.4, segment_docs=64, show_progress=False)
+    texts = [corpus.search_text(i) for i in range(len(corpus))]
+    build_native_index(texts, from_texts, 0.9, 0.4, segment_docs=64, show_progress=False)
+    names = sorted(p.name for p in from_disk.iterdir())
+    assert all((from_disk / n).read_bytes() == (from_texts / n).read_bytes() for n in names) and len(names) > 5
