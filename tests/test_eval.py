@@ -142,6 +142,12 @@ def test_checkpoint_settings_are_replayed_and_overrides_reported(tmp_path):
     assert settings["protocol"] == "search-r1-fewshot" and settings["chat_template"] is False
     assert settings["max_turns"] == 5 and settings["topk"] == 3
     assert [str(m) for m in mismatches] == ["max_turns: trained with 3, evaluated with 5"]
+    # the built-in loop's token budget sits in its config; it is replayed too (32 tokens per turn, not 500)
+    config = {"max_new_tokens": 32, "max_total_tokens": 512, "lr": 3e-5}
+    (tmp_path / RUN_FILE).write_text(json.dumps({"protocol": "search-r1-fewshot", "config": config}))
+    settings, mismatches = replay_settings(read_run_settings(tmp_path), {"max_total_tokens": 1024}, suite.DEFAULTS)
+    assert (settings["max_new_tokens"], settings["max_total_tokens"]) == (32, 1024)
+    assert [str(m) for m in mismatches] == ["max_total_tokens: trained with 512, evaluated with 1024"]
     (tmp_path / RUN_FILE).write_text("{oops")
     with pytest.raises(ValueError, match="searchenv_run.json: not valid JSON"):
         read_run_settings(tmp_path)

@@ -37,6 +37,8 @@ DEFAULTS: dict[str, Any] = {
     "budget": "actions",
     "topk": 3,
     "max_information_words": 400,
+    "max_new_tokens": 500,
+    "max_total_tokens": 4096,
 }
 _TRI = {"auto": None, "on": True, "off": False}
 
@@ -106,8 +108,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     gen = parser.add_argument_group("generation")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default, as the papers evaluate)")
     gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--max-new-tokens", type=int, default=500, help="per turn (default 500)")
-    gen.add_argument("--max-total-tokens", type=int, default=4096, help="prompt + response (default 4096)")
+    gen.add_argument("--max-new-tokens", type=int, default=None, help="per turn (default: the checkpoint's, else 500)")
+    gen.add_argument(
+        "--max-total-tokens", type=int, default=None, help="prompt + response (default: the checkpoint's, else 4096)"
+    )
     gen.add_argument("--batch-size", type=int, default=8, help="episodes played together (default 8)")
     gen.add_argument("--device", default="", help="local policy device (default: cuda when available)")
     gen.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
@@ -203,21 +207,19 @@ def _settings(args: argparse.Namespace, model: ModelSpec) -> tuple[dict[str, Any
     settings, mismatches = replay_settings(trained, requested, DEFAULTS)
     settings["chat_template"] = _TRI.get(settings["chat_template"], settings["chat_template"])
     settings["reward"] = args.reward
-    settings.update(
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens,
-        max_total_tokens=args.max_total_tokens,
-    )
+    settings.update(temperature=args.temperature, top_p=args.top_p)
     return settings, [str(m) for m in mismatches], trained.get("retriever")
 
 
-def _sampling(args: argparse.Namespace) -> EvalSampling:
-    return EvalSampling(args.temperature, args.top_p, args.max_new_tokens, args.max_total_tokens, args.seed)
+def _sampling(args: argparse.Namespace, settings: dict[str, Any] | None = None) -> EvalSampling:
+    """Decoding settings: the token budget of a model's replayed ``settings``, else the command line's or defaults."""
+    given = {k: getattr(args, k) for k in ("max_new_tokens", "max_total_tokens")}
+    budget = settings or {k: DEFAULTS[k] if v is None else v for k, v in given.items()}
+    return EvalSampling(args.temperature, args.top_p, budget["max_new_tokens"], budget["max_total_tokens"], args.seed)
 
 
-def _policy(args: argparse.Namespace, model: ModelSpec, chat_template: bool | None) -> Policy:
-    sampling = _sampling(args)
+def _policy(args: argparse.Namespace, model: ModelSpec, settings: dict[str, Any]) -> Policy:
+    sampling, chat_template = _sampling(args, settings), settings["chat_template"]
     if args.policy == "local":
         return LocalPolicy.load(model.path, sampling, chat_template, name=model.label, device=args.device)
     if args.policy == "vllm":
@@ -336,7 +338,7 @@ def _run_model(
                 progress.update(len(examples) - len(pending))
                 if not pending:
                     continue
-                policy = policy or _policy(args, model, settings["chat_template"])
+                policy = policy or _policy(args, model, settings)
                 cell = Cell(model.label, method, retriever, label, examples, settings, trained_on, mismatches)
                 run_cell(cell, policy, engine, store, batch_size=args.batch_size, judge=judge, progress=progress)
 
