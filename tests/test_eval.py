@@ -187,6 +187,14 @@ def test_bm25_and_a_dense_engine_in_one_run(smollm2_dir, shared_data, tmp_path):
     assert "| smol | rag | bm25 | hotpotqa_100 |" in report and "| smol | rag | e5-exact | hotpotqa_100 |" in report
 
 
+def test_plot_series_never_share_a_colour():
+    pytest.importorskip("matplotlib")
+    from searchenv.evaluation.report import series_colors
+
+    for n in (1, 10, 12, 20, 31):  # 12 = two models x three methods x two engines
+        assert len(set(series_colors(n))) == n
+
+
 def test_mixed_eval_set_uses_dev_where_there_is_no_test(shared_data, tmp_path):
     from searchenv.data import load_dataset
 
