@@ -129,6 +129,7 @@ def run_settings(args: argparse.Namespace, algorithm: str, config: Mapping[str, 
     return {
         "model": args.model,
         "chat_template": chat_template_flag(args.chat_template),
+        "max_new_tokens": args.max_new_tokens,  # the per-turn budget, replayed by `searchenv eval`
         **env,
         "algorithm": algorithm,
         "config": dict(config),

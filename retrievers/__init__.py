@@ -26,6 +26,7 @@ __all__ = [
     "REMOTE_OPTIONS",
     "RETRIEVERS",
     "RETRIEVER_OPTIONS",
+    "accepted_options",
     "check_retriever_options",
     "make_retriever",
 ]
@@ -139,6 +140,19 @@ def _type_ok(value: Any, kind: type) -> bool:
     if kind is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     return isinstance(value, (str, os.PathLike))
+
+
+def accepted_options(spec: str) -> frozenset[str] | None:
+    """The option names ``spec`` takes; ``None`` for a ``"module:factory"`` reference, whose options are its own.
+
+    Lets a command that builds several engines from one set of options give each only the options it takes
+    (``encoder`` to the dense engines, ``k1`` to BM25). An unknown name takes nothing.
+    """
+    if _is_factory_reference(spec):
+        return None
+    if _is_url(spec):
+        return frozenset(REMOTE_OPTIONS)
+    return frozenset(RETRIEVER_OPTIONS.get(spec, ()))
 
 
 def check_retriever_options(spec: str, options: Mapping[str, Any]) -> None:

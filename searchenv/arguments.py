@@ -24,6 +24,7 @@ __all__ = [
     "HelpFormatter",
     "USER_ERRORS",
     "add_env_arguments",
+    "add_index_path_argument",
     "env_kwargs",
     "key_value",
     "non_negative_int",
@@ -169,7 +170,7 @@ def add_env_arguments(
         "intfloat/e5-base-v2)",
     )
     search.add_argument("--index-dir", default=None, help="folder where the engine keeps (and reuses) its index")
-    search.add_argument("--index-path", default=None, help="prebuilt faiss index file for the dense engines")
+    add_index_path_argument(search)
     search.add_argument(
         "--retriever-option",
         action="append",
@@ -178,6 +179,11 @@ def add_env_arguments(
         metavar="KEY=VALUE",
         help="any other engine option, repeatable (seed=1, ef_search=64, k1=0.9, device=cpu, ...)",
     )
+
+
+def add_index_path_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--index-path``: a prebuilt faiss file for the dense engines, spelt the same in every command that has one."""
+    parser.add_argument("--index-path", default=None, help="prebuilt faiss index file for the dense engines")
 
 
 def _options(pairs: Sequence[tuple[str, Any]], what: str) -> dict[str, Any]:

@@ -8,7 +8,8 @@ plot in ``--output``; the CSV and the table are rewritten as each engine finishe
 (an encoder that cannot load) costs only its own rows.
 
 Indexes are built once and cached under ``--index-root`` (dense vectors are embedded in resumable shards),
-so a killed run restarts where it stopped and a second run only searches.
+so a killed run restarts where it stopped and a second run only searches. ``--index-path`` points the dense
+engines at a prebuilt faiss file of the corpus instead (e.g. Search-R1's ``e5_Flat.index`` of wiki-18).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from searchenv.arguments import non_negative_int, positive_int
+from searchenv.arguments import add_index_path_argument, non_negative_int, positive_int
 from searchenv.cache import cache_root
 from searchenv.components import DEFAULT_SPLIT
 from searchenv.types import Corpus, QAExample, Retriever
@@ -101,6 +102,7 @@ def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="cache for vectors and indexes (default: $SEARCHENV_CACHE_DIR/indexes, else ~/.cache/searchenv/indexes)",
     )
+    add_index_path_argument(study)
     study.add_argument("--ef-search", type=positive_int, default=16, help="HNSW efSearch (16 = faiss default)")
     study.add_argument("--batch-size", type=positive_int, default=64, help="questions per search call (QPS)")
     study.add_argument(
@@ -189,19 +191,26 @@ def _static_options(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     if engine == "bm25":
         return {} if args.engine is None else {"engine": args.engine}
     if engine in _DENSE:
-        return {"encoder": args.encoder, **({"ef_search": args.ef_search} if engine == "e5-hnsw" else {})}
+        prebuilt = {} if args.index_path is None else {"index_path": args.index_path}
+        return {"encoder": args.encoder, **prebuilt, **({"ef_search": args.ef_search} if engine == "e5-hnsw" else {})}
     return {}
 
 
 def _engine_options(engine: str, corpus: Corpus, args: argparse.Namespace) -> dict[str, Any]:
-    """Per-engine options: a cache directory for index-building engines, the seed for random."""
+    """Per-engine options: a cache directory for index-building engines, the seed for random.
+
+    With ``--index-path`` the dense engines search that prebuilt file (row i = passage i of the corpus) instead of
+    embedding the corpus under ``--index-root``; a graph built from it goes to the dense engines' own cache.
+    """
     options = _static_options(engine, args)
     if engine in _DENSE:
         from searchenv.components import load_encoder
         from searchenv.retrievers.embed import index_dir_for
 
         encoder = load_encoder(args.encoder)  # one model for both dense engines
-        options.update(encoder=encoder, index_dir=index_dir_for(args.index_root, corpus, encoder))
+        options["encoder"] = encoder
+        if args.index_path is None:
+            options["index_dir"] = index_dir_for(args.index_root, corpus, encoder)
     elif engine == "bm25":
         name = f"{_stem(corpus)}-{len(corpus)}-bm25-{args.engine or 'native'}-{corpus.checksum[:12]}"
         options["index_dir"] = Path(args.index_root) / name

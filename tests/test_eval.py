@@ -142,9 +142,57 @@ def test_checkpoint_settings_are_replayed_and_overrides_reported(tmp_path):
     assert settings["protocol"] == "search-r1-fewshot" and settings["chat_template"] is False
     assert settings["max_turns"] == 5 and settings["topk"] == 3
     assert [str(m) for m in mismatches] == ["max_turns: trained with 3, evaluated with 5"]
+    # the built-in loop's token budget sits in its config; it is replayed too (32 tokens per turn, not 500)
+    config = {"max_new_tokens": 32, "max_total_tokens": 512, "lr": 3e-5}
+    (tmp_path / RUN_FILE).write_text(json.dumps({"protocol": "search-r1-fewshot", "config": config}))
+    settings, mismatches = replay_settings(read_run_settings(tmp_path), {"max_total_tokens": 1024}, suite.DEFAULTS)
+    assert (settings["max_new_tokens"], settings["max_total_tokens"]) == (32, 1024)
+    assert [str(m) for m in mismatches] == ["max_total_tokens: trained with 512, evaluated with 1024"]
     (tmp_path / RUN_FILE).write_text("{oops")
     with pytest.raises(ValueError, match="searchenv_run.json: not valid JSON"):
         read_run_settings(tmp_path)
+
+
+def test_retriever_options_reach_only_the_engines_that_take_them(tmp_path, capsys):
+    pairs = [("encoder", "minilm"), ("k1", 0.9), ("index_dir", "idx"), ("cache", False)]
+    routed = suite.retriever_options(["bm25", "e5-exact", "random"], pairs)
+    assert routed == {
+        "bm25": {"k1": 0.9, "index_dir": "idx"},
+        "e5-exact": {"encoder": "minilm", "index_dir": "idx", "cache": False},
+        "random": {},
+    }
+    base = ["eval", "--output", str(tmp_path / "o"), "--no-plot", "--retrievers", "bm25,e5-exact"]
+    assert main(base + ["--retriever-option", "encodr=minilm"]) == 2  # taken by neither: an error, not dropped
+    err = capsys.readouterr().err
+    assert "none of the retrievers bm25, e5-exact takes 'encodr'" in err and "did you mean 'encoder'" in err
+    assert main(base + ["--retriever-option", "k1=high"]) == 2  # the engine that takes it checks its type
+    assert "option 'k1' must be float" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bm25_and_a_dense_engine_in_one_run(smollm2_dir, shared_data, tmp_path):
+    """The user's BM25-vs-dense comparison: the encoder option reaches the dense engine only."""
+    rows = (shared_data / "corpus" / "hotpotqa_hipporag.jsonl").read_text().splitlines()[:40]
+    (tmp_path / "corpus.jsonl").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "run"
+    args = ["eval", "--model", f"smol={smollm2_dir}", *TINY, "--no-agent", "--baselines", "rag"]
+    args += ["--datasets", str(shared_data / "qa" / "hotpotqa_100.jsonl"), "--corpus", str(tmp_path / "corpus.jsonl")]
+    args += ["--retrievers", "bm25,e5-exact", "--retriever-option", "encoder=minilm"]
+    args += ["--retriever-option", "cache=false"]  # e5-exact's alone: embed in memory
+    assert main(args + ["--output", str(out)]) == 0
+    records = _records(out)
+    assert sorted(r["retriever"] for r in records) == ["bm25", "bm25", "e5-exact", "e5-exact"]
+    assert all(r["num_searches"] == 1 and len(r["retrieved"]) == 1 for r in records)
+    report = (out / "report.md").read_text()
+    assert "| smol | rag | bm25 | hotpotqa_100 |" in report and "| smol | rag | e5-exact | hotpotqa_100 |" in report
+
+
+def test_plot_series_never_share_a_colour():
+    pytest.importorskip("matplotlib")
+    from searchenv.evaluation.report import series_colors
+
+    for n in (1, 10, 12, 20, 31):  # 12 = two models x three methods x two engines
+        assert len(set(series_colors(n))) == n
 
 
 def test_mixed_eval_set_uses_dev_where_there_is_no_test(shared_data, tmp_path):

@@ -294,3 +294,4 @@ def test_cpu_recipe_is_the_default_and_paper_switches_every_default(tmp_path):
     assert (args.prompts_per_step, args.group_size, args.topk, args.bf16) == (512, 5, 5, True)
     settings = train_ppo.run_settings(args, "grpo", {"lr": args.lr})
     assert set(RUN_KEYS) <= set(settings) and settings["protocol"] == "search-r1"
+    assert settings["max_new_tokens"] == 500  # the per-turn budget `searchenv eval` replays

@@ -109,6 +109,37 @@ def test_study_arguments_are_checked(small_setup, capsys):
     assert "at least 1" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_study_searches_a_prebuilt_index_given_by_index_path(small_setup, shared_data, tmp_path, monkeypatch, capsys):
+    """A user with a faiss file of the corpus points the dense engines at it; nothing is embedded."""
+    import faiss
+
+    from searchenv.components import load_encoder
+
+    monkeypatch.setenv("SEARCHENV_CACHE_DIR", str(tmp_path / "cache"))
+    root, dataset = small_setup
+    corpus = Corpus.from_jsonl(root / "corpus.jsonl")
+    vectors = load_encoder("minilm").encode_passages([corpus.search_text(i) for i in range(len(corpus))])
+    flat = faiss.IndexFlatIP(vectors.shape[1])
+    flat.add(vectors.astype("float32"))
+    faiss.write_index(flat, str(tmp_path / "minilm_flat.index"))
+    common = ["study", "--dataset", str(dataset), "--corpus", str(root / "corpus.jsonl"), "--engines", "e5-exact"]
+    common += ["--encoder", "minilm", "--limit", "12", "--k", "1,3", "--latency-queries", "1"]
+    built = [*common, "--index-root", str(tmp_path / "embedded"), "--output", str(tmp_path / "embedded-out")]
+    assert main(built) == 0
+    prebuilt = [*common, "--index-root", str(tmp_path / "unused"), "--output", str(tmp_path / "prebuilt-out")]
+    assert main([*prebuilt, "--index-path", str(tmp_path / "minilm_flat.index")]) == 0
+    assert not (tmp_path / "unused").exists()  # searched the file, embedded nothing
+    recall = [(r["k"], r["recall"]) for r in read_rows(tmp_path / "prebuilt-out" / "study.csv")]
+    assert recall == [(r["k"], r["recall"]) for r in read_rows(tmp_path / "embedded-out" / "study.csv")]
+    capsys.readouterr()
+    assert main([*prebuilt, "--index-path", str(tmp_path / "no.index")]) == 2  # checked before anything loads
+    assert "no.index' is not a file" in capsys.readouterr().err
+    other = shared_data / "corpus" / "flashrag_sample_e5_flat.index"  # another corpus's 1,000 vectors
+    assert main([*prebuilt, "--index-path", str(other)]) == 2
+    assert "holds 1,000 vectors but the corpus has 60 passages" in capsys.readouterr().out
+
+
 def test_study_on_the_generated_world(tmp_path):
     args = [
         "study",

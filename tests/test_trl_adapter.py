@@ -165,6 +165,7 @@ def test_accelerate_launch_runs_a_step_in_two_processes(smollm2_dir, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     settings = read_run_settings(out / "final")
     assert settings["algorithm"] == "grpo" and settings["config"]["max_steps"] == 1
+    assert settings["max_new_tokens"] == 8  # the per-turn budget `searchenv eval` replays
     assert (out / "final" / "model.safetensors").exists()
 
 

@@ -9,15 +9,18 @@ Training scripts write ``searchenv_run.json`` next to the weights (see :data:`RU
       "budget": "actions",               # "actions" | "extra-answer-turn"
       "topk": 3,
       "max_information_words": 400,      # optional
+      "max_new_tokens": 32,              # optional: tokens per turn (else the built-in loop's config.max_new_tokens)
       "reward": "format",                # optional: reward spec name or path (evaluation reports its own)
       "dataset": "world",                # optional: what it was trained on (reported)
       "retriever": "bm25"                # optional: the training engine (row label of the engine matrix)
     }
 
-Only ``protocol``, ``chat_template``, ``max_turns``, ``budget``, ``topk`` and ``max_information_words`` shape the
-episode the policy sees; they are replayed. Settings the user sets explicitly override the file and every
-difference is reported as a :class:`Mismatch`. Older checkpoints of the built-in loop only have
-``ppo_config.json``; its ``chat_template`` is read from there.
+Only ``protocol``, ``chat_template``, ``max_turns``, ``budget``, ``topk``, ``max_information_words`` and the token
+budget (``max_new_tokens`` per turn, ``max_total_tokens`` for prompt and response) shape the episode the policy
+sees; they are replayed. The token budget is read from the top level or, for the built-in loop, from its
+``config``; a model trained to fit 32 tokens per turn is not evaluated with 500. Settings the user sets explicitly
+override the file and every difference is reported as a :class:`Mismatch`. Older checkpoints of the built-in loop
+only have ``ppo_config.json``; its ``chat_template`` and token budget are read from there.
 """
 
 from __future__ import annotations
@@ -33,7 +36,18 @@ __all__ = ["REPLAYED", "RUN_FILE", "Mismatch", "read_run_settings", "replay_sett
 #: The file name training scripts write next to the weights.
 RUN_FILE = "searchenv_run.json"
 #: Settings that shape what the policy sees; replayed from the checkpoint unless overridden.
-REPLAYED = ("protocol", "chat_template", "max_turns", "budget", "topk", "max_information_words")
+REPLAYED = (
+    "protocol",
+    "chat_template",
+    "max_turns",
+    "budget",
+    "topk",
+    "max_information_words",
+    "max_new_tokens",
+    "max_total_tokens",
+)
+#: The token budget, which the built-in loop records inside its ``config`` (``PPOConfig``'s field names).
+_TOKEN_BUDGET = ("max_new_tokens", "max_total_tokens")
 
 
 @dataclass(frozen=True)
@@ -61,11 +75,14 @@ def read_run_settings(checkpoint: str | Path) -> dict[str, Any]:
             raise ValueError(f"{run_file}: not valid JSON ({exc.msg}); fix or delete it") from None
         if not isinstance(settings, dict):
             raise ValueError(f"{run_file}: expected a JSON object of settings")
+        config = settings.get("config")
+        if isinstance(config, dict):
+            settings = {**{k: config[k] for k in _TOKEN_BUDGET if k in config}, **settings}
         return settings
     ppo_config = folder / "ppo_config.json"
     if ppo_config.is_file():
-        chat = json.loads(ppo_config.read_text(encoding="utf-8")).get("chat_template")
-        return {"chat_template": chat}
+        config = json.loads(ppo_config.read_text(encoding="utf-8"))
+        return {k: config[k] for k in ("chat_template", *_TOKEN_BUDGET) if k in config}
     return {}
 
 

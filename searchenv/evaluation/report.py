@@ -20,6 +20,7 @@ __all__ = [
     "format_value",
     "markdown_report",
     "plot_summary",
+    "series_colors",
     "summarize",
     "write_csv",
 ]
@@ -182,6 +183,18 @@ def markdown_report(rows: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()
     return "\n".join(out) + "\n"
 
 
+def series_colors(n: int) -> list[tuple[float, ...]]:
+    """``n`` distinct bar colours: matplotlib's default cycle repeats after 10, and a policy x method x retriever
+    plot easily has 12 series (two models, three methods, two engines) that must not share a colour."""
+    from matplotlib import colormaps
+
+    if n <= 10:
+        return [colormaps["tab10"](i) for i in range(n)]
+    if n <= 20:
+        return [colormaps["tab20"](i) for i in range(n)]
+    return [colormaps["turbo"](i / (n - 1)) for i in range(n)]
+
+
 def plot_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     """Bars of EM, retrieval recall and valid searches per dataset for every (policy, method, retriever)."""
     import matplotlib
@@ -194,12 +207,13 @@ def plot_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     panels = (("em", "EM"), ("recall", "retrieval recall"), ("searches", "valid searches / episode"))
     figure, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.6))
     width = 0.8 / max(1, len(series))
+    colors = series_colors(len(series))
     for axis, (key, title) in zip(axes, panels):
         for s, name in enumerate(series):
             mine = {r["dataset"]: r[key] for r in rows if (r["policy"], r["method"], r["retriever"]) == name}
             values = [mine.get(d) or 0.0 for d in datasets]
             positions = [i + s * width - 0.4 + width / 2 for i in range(len(datasets))]
-            axis.bar(positions, values, width, label=" / ".join(name))
+            axis.bar(positions, values, width, label=" / ".join(name), color=colors[s])
         axis.set_xticks(range(len(datasets)))
         axis.set_xticklabels(datasets, rotation=20, fontsize=7)
         axis.set_title(title, fontsize=9)

@@ -10,6 +10,7 @@ from every record in the transcripts file, including those of earlier runs.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import signal
 import sys
@@ -26,7 +27,7 @@ from searchenv.evaluation.report import markdown_report, plot_summary, summarize
 from searchenv.evaluation.runner import Cell, TranscriptStore, run_cell
 from searchenv.types import QAExample
 
-__all__ = ["DEFAULTS", "ModelSpec", "add_eval_arguments", "run_eval"]
+__all__ = ["DEFAULTS", "ModelSpec", "add_eval_arguments", "retriever_options", "run_eval"]
 
 #: Episode settings used when neither the user nor the checkpoint's searchenv_run.json gives one.
 DEFAULTS: dict[str, Any] = {
@@ -36,6 +37,8 @@ DEFAULTS: dict[str, Any] = {
     "budget": "actions",
     "topk": 3,
     "max_information_words": 400,
+    "max_new_tokens": 500,
+    "max_total_tokens": 4096,
 }
 _TRI = {"auto": None, "on": True, "off": False}
 
@@ -89,7 +92,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         type=key_value,
         default=[],
         metavar="KEY=VALUE",
-        help="engine option for every retriever, repeatable (VALUE read as JSON when it can be)",
+        help="engine option, given to every listed retriever that takes it; repeatable (VALUE read as JSON when it can "
+        "be)",
     )
     data.add_argument("--reward", default="em", help="reward spec of the 'reward' column (default: em)")
     data.add_argument("--limit", type=int, default=None, help="questions per dataset (seeded subsample)")
@@ -104,8 +108,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     gen = parser.add_argument_group("generation")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default, as the papers evaluate)")
     gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--max-new-tokens", type=int, default=500, help="per turn (default 500)")
-    gen.add_argument("--max-total-tokens", type=int, default=4096, help="prompt + response (default 4096)")
+    gen.add_argument("--max-new-tokens", type=int, default=None, help="per turn (default: the checkpoint's, else 500)")
+    gen.add_argument(
+        "--max-total-tokens", type=int, default=None, help="prompt + response (default: the checkpoint's, else 4096)"
+    )
     gen.add_argument("--batch-size", type=int, default=8, help="episodes played together (default 8)")
     gen.add_argument("--device", default="", help="local policy device (default: cuda when available)")
     gen.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
@@ -157,26 +163,41 @@ def _datasets(args: argparse.Namespace) -> dict[str, list[tuple[str, QAExample]]
     return out
 
 
-def _retriever_options(args: argparse.Namespace) -> dict[str, Any]:
-    return dict(args.retriever_option)  # (key, value) pairs parsed by searchenv.arguments.key_value
+def retriever_options(names: list[str], pairs: list[tuple[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each retriever's options: every ``--retriever-option`` goes to the listed engines that take it.
 
+    So one run compares BM25 with a dense engine (``encoder=minilm`` reaches only the dense ones, ``k1`` only
+    BM25). Every engine's options are checked here, before anything loads; an option that no listed engine
+    takes is an error naming the engines, not silently dropped.
+    """
+    from searchenv.retrievers import accepted_options, check_retriever_options
 
-def _validate_retrievers(names: list[str]) -> None:
-    from searchenv.retrievers import check_retriever_options
-
+    routed: dict[str, dict[str, Any]] = {name: {} for name in names}
+    for key, value in pairs:  # (key, value) pairs parsed by searchenv.arguments.key_value
+        takers = [name for name in names if (accepted := accepted_options(name)) is None or key in accepted]
+        if not takers:
+            known = sorted(set().union(*(accepted_options(name) or () for name in names)))
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"--retriever-option {key}: none of the retrievers {', '.join(names)} takes {key!r}{hint}; "
+                f"their options are {known}"
+            )
+        for name in takers:
+            routed[name][key] = value
     for name in names:
-        check_retriever_options(name, {})  # options are checked per engine when each is built
+        check_retriever_options(name, routed[name])
+    return routed
 
 
-def _build_retrievers(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+def _build_retrievers(args: argparse.Namespace, options: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Each engine once over the corpus, shared by every cell that uses it."""
     from searchenv.components import build_retriever
 
-    options = _retriever_options(args)
     built = {}
-    for name in names:
+    for name, engine_options in options.items():
         print(f"building retriever {name} over {args.corpus or 'the world corpus'} …", flush=True)
-        built[name] = build_retriever(name, None if name.startswith("http") else args.corpus, options)
+        built[name] = build_retriever(name, None if name.startswith("http") else args.corpus, engine_options)
     return built
 
 
@@ -186,21 +207,19 @@ def _settings(args: argparse.Namespace, model: ModelSpec) -> tuple[dict[str, Any
     settings, mismatches = replay_settings(trained, requested, DEFAULTS)
     settings["chat_template"] = _TRI.get(settings["chat_template"], settings["chat_template"])
     settings["reward"] = args.reward
-    settings.update(
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens,
-        max_total_tokens=args.max_total_tokens,
-    )
+    settings.update(temperature=args.temperature, top_p=args.top_p)
     return settings, [str(m) for m in mismatches], trained.get("retriever")
 
 
-def _sampling(args: argparse.Namespace) -> EvalSampling:
-    return EvalSampling(args.temperature, args.top_p, args.max_new_tokens, args.max_total_tokens, args.seed)
+def _sampling(args: argparse.Namespace, settings: dict[str, Any] | None = None) -> EvalSampling:
+    """Decoding settings: the token budget of a model's replayed ``settings``, else the command line's or defaults."""
+    given = {k: getattr(args, k) for k in ("max_new_tokens", "max_total_tokens")}
+    budget = settings or {k: DEFAULTS[k] if v is None else v for k, v in given.items()}
+    return EvalSampling(args.temperature, args.top_p, budget["max_new_tokens"], budget["max_total_tokens"], args.seed)
 
 
-def _policy(args: argparse.Namespace, model: ModelSpec, chat_template: bool | None) -> Policy:
-    sampling = _sampling(args)
+def _policy(args: argparse.Namespace, model: ModelSpec, settings: dict[str, Any]) -> Policy:
+    sampling, chat_template = _sampling(args, settings), settings["chat_template"]
     if args.policy == "local":
         return LocalPolicy.load(model.path, sampling, chat_template, name=model.label, device=args.device)
     if args.policy == "vllm":
@@ -255,7 +274,7 @@ def run_eval(args: argparse.Namespace) -> int:
     models = [ModelSpec.parse(m) for item in (args.model or ["smollm2-135m"]) for m in _csv(item)]
     methods = _methods(args)
     retriever_names = _csv(args.retrievers)
-    _validate_retrievers(retriever_names)
+    engine_options = retriever_options(retriever_names, args.retriever_option)
     load_reward(args.reward)
     if args.limit is not None and args.limit < 1 or args.batch_size < 1:
         raise ValueError("--limit and --batch-size must be positive")
@@ -267,7 +286,7 @@ def run_eval(args: argparse.Namespace) -> int:
     judge = _judge(args)
     output = Path(args.output)
     store = TranscriptStore(output / "transcripts.jsonl")
-    retrievers = _build_retrievers(args, retriever_names)
+    retrievers = _build_retrievers(args, engine_options)
     if args.threads:
         import torch
 
@@ -319,7 +338,7 @@ def _run_model(
                 progress.update(len(examples) - len(pending))
                 if not pending:
                     continue
-                policy = policy or _policy(args, model, settings["chat_template"])
+                policy = policy or _policy(args, model, settings)
                 cell = Cell(model.label, method, retriever, label, examples, settings, trained_on, mismatches)
                 run_cell(cell, policy, engine, store, batch_size=args.batch_size, judge=judge, progress=progress)
 
