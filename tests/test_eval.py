@@ -19,7 +19,7 @@ from searchenv.evaluation import suite
 from searchenv.evaluation.checkpoint import RUN_FILE, read_run_settings, replay_settings
 from searchenv.evaluation.evalset import build_eval_set, write_eval_set
 from searchenv.evaluation.policies import Context, EndpointPolicy, EvalSampling, LocalPolicy, PolicyError
-from searchenv.evaluation.runner import TranscriptStore
+from searchenv.evaluation.runner import TranscriptStore, exclusive_output
 
 TINY = ["--datasets", "world", "--limit", "2", "--max-new-tokens", "8", "--max-turns", "2", "--batch-size", "2"]
 TINY += ["--protocol", "search-r1-fewshot", "--chat-template", "off", "--no-plot"]
@@ -120,6 +120,10 @@ def test_bad_inputs_get_clear_errors_before_any_model_loads(tmp_path, capsys):
     bad.write_text('{"x": 1}\n{"policy": "p"}\n')
     assert main(base + ["--limit", "1"]) == 2
     assert "transcripts.jsonl:1: not a transcript record" in capsys.readouterr().err
+    held = tmp_path / "held"
+    with exclusive_output(held):  # another run writing there
+        assert main(["eval", "--output", str(held), "--no-plot", "--limit", "1"]) == 2
+    assert "another searchenv eval is writing to" in capsys.readouterr().err
 
 
 def test_dead_endpoint_fails_fast_with_the_url(tmp_path, capsys):

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from searchenv.protocol import get_protocol
 from searchenv.reward_specs.metrics import answer_in_passages, answer_scores
 from searchenv.types import QAExample, Retriever
 
-__all__ = ["Cell", "TranscriptStore", "episode_record", "record_key", "run_cell"]
+__all__ = ["Cell", "TranscriptStore", "episode_record", "exclusive_output", "record_key", "run_cell"]
 
 
 @dataclass
@@ -121,6 +122,30 @@ class TranscriptStore:
             os.fsync(handle.fileno())
         for r in records:
             self.records[_key_of(r)] = r
+
+
+@contextmanager
+def exclusive_output(folder: Path) -> Iterator[None]:
+    """Hold ``folder`` for one evaluation run: a second run into it stops with a clear message instead of
+    interleaving its lines with this one's. The lock (``flock`` on ``folder/.lock``) is released on exit, and by
+    the operating system if the process dies; where ``flock`` does not exist (Windows) nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".lock").open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(
+                f"another searchenv eval is writing to {folder}; wait for it to finish or pass another --output"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def episode_record(cell: Cell, record_id: str, env: Any, prompt: str, response_tokens: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from searchenv.evaluation.checkpoint import REPLAYED, read_run_settings, replay_
 from searchenv.evaluation.evalset import eval_split, subsample
 from searchenv.evaluation.policies import EndpointPolicy, EvalSampling, LocalPolicy, Policy, VLLMPolicy
 from searchenv.evaluation.report import markdown_report, plot_summary, summarize, write_csv
-from searchenv.evaluation.runner import Cell, TranscriptStore, run_cell
+from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, run_cell
 from searchenv.types import QAExample
 
 __all__ = ["DEFAULTS", "ModelSpec", "add_eval_arguments", "retriever_options", "run_eval"]
@@ -285,34 +285,35 @@ def run_eval(args: argparse.Namespace) -> int:
             _endpoint(args, model, sampling, False).check()
     judge = _judge(args)
     output = Path(args.output)
-    store = TranscriptStore(output / "transcripts.jsonl")
-    retrievers = _build_retrievers(args, engine_options)
-    if args.threads:
-        import torch
+    with exclusive_output(output):  # two runs appending to one transcripts file would interleave lines
+        store = TranscriptStore(output / "transcripts.jsonl")
+        retrievers = _build_retrievers(args, engine_options)
+        if args.threads:
+            import torch
 
-        torch.set_num_threads(args.threads)
-    total = len(models) * len(retriever_names) * len(methods) * sum(len(v) for v in datasets.values())
-    from tqdm.auto import tqdm
+            torch.set_num_threads(args.threads)
+        total = len(models) * len(retriever_names) * len(methods) * sum(len(v) for v in datasets.values())
+        from tqdm.auto import tqdm
 
-    progress = tqdm(total=total, unit="episode", desc="eval", dynamic_ncols=True)
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` and job schedulers stop as cleanly as Ctrl-C
-    try:
-        for model in models:
-            _run_model(args, model, methods, datasets, retrievers, store, judge, progress)
-    except KeyboardInterrupt:
+        progress = tqdm(total=total, unit="episode", desc="eval", dynamic_ncols=True)
+        previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` and job schedulers stop as cleanly as Ctrl-C
+        try:
+            for model in models:
+                _run_model(args, model, methods, datasets, retrievers, store, judge, progress)
+        except KeyboardInterrupt:
+            progress.close()
+            print(
+                f"\ninterrupted: {len(store.records)} finished episodes are in {store.path}; rerun the same command to "
+                "resume (finished episodes are skipped)",
+                file=sys.stderr,
+            )
+            _write_report(store, output, args.no_plot)
+            return 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         progress.close()
-        print(
-            f"\ninterrupted: {len(store.records)} finished episodes are in {store.path}; rerun the same command to "
-            "resume (finished episodes are skipped)",
-            file=sys.stderr,
-        )
         _write_report(store, output, args.no_plot)
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    progress.close()
-    _write_report(store, output, args.no_plot)
-    return 0
+        return 0
 
 
 def _run_model(
