@@ -202,7 +202,7 @@ class _MemorySampler(threading.Thread):
             try:
                 anon, file = _rss_kinds(me.pid)
                 children = sum(_rss_kinds(c.pid)[0] for c in me.children(recursive=True))
-            except (OSError, psutil.Error):  # a child ended between the listing and the read
+            except (OSError, KeyError, psutil.Error):  # a child ended (or is a zombie) between listing and reading
                 continue
             for key, value in (("anon", anon), ("file", file), ("children_anon", children)):
                 self.peaks[key] = max(self.peaks[key], value)
@@ -214,9 +214,9 @@ class _MemorySampler(threading.Thread):
 
 
 def _rss_kinds(pid: int) -> tuple[int, int]:
-    """(RssAnon, RssFile) in kB of one process."""
+    """(RssAnon, RssFile + RssShmem) in kB of one process (a zombie has neither: KeyError)."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["RssAnon"].split()[0]), int(fields["RssFile"].split()[0])
+    return int(fields["RssAnon"].split()[0]), int(fields["RssFile"].split()[0]) + int(fields["RssShmem"].split()[0])
 
 
 def native_build(args: argparse.Namespace) -> dict:
