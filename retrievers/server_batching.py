@@ -77,10 +77,9 @@ class MicroBatcher:
     """Merges concurrent requests into one ``retriever.search`` call on a single worker thread.
 
     One batch runs at a time; requests that arrive meanwhile queue up and form the next batch, so batching
-    costs nothing at low load (a lone request is even searched on the event loop, without a thread hand-off).
-    Once a batch has held more than one request (concurrent clients exist), the batcher also waits up to
-    ``max_wait_s`` for stragglers. Within a batch, requests are grouped by ``k`` and duplicate queries are
-    searched once. If a merged call fails, each request is retried alone so one bad
+    costs nothing at low load. Once a batch has held more than one request (concurrent clients exist), the
+    batcher also waits up to ``max_wait_s`` for stragglers. Within a batch, requests are grouped by ``k`` and
+    duplicate queries are searched once. If a merged call fails, each request is retried alone so one bad
     query fails only its own request.
     """
 
@@ -155,23 +154,18 @@ class MicroBatcher:
             by_k: dict[int, list[_Job]] = {}
             for job in jobs:
                 by_k.setdefault(job.k, []).append(job)
-            # A lone request with nothing queued behind it is searched on the event loop itself: the hand-off to
-            # the worker thread and back costs two more wake-ups, which on a loaded machine are most of a
-            # one-query request's latency. Requests that arrive meanwhile wait in the socket and form the next
-            # batch, as they would behind a running batch anyway.
-            inline = len(jobs) == 1 and self._queue.empty()
             for k, group in by_k.items():
                 try:
-                    await self._execute(group, k, inline)
+                    await self._execute(group, k)
                 except Exception as exc:  # a bug here must fail these requests, not stop the batcher
                     log.exception("micro-batch failed")
                     for job in group:
                         _settle(job.future, exc=exc)
 
-    async def _execute(self, jobs: list[_Job], k: int, inline: bool = False) -> None:
+    async def _execute(self, jobs: list[_Job], k: int) -> None:
         unique = list(dict.fromkeys(q for job in jobs for q in job.queries))
         try:
-            found = dict(zip(unique, await self._call(unique, k, inline), strict=True))
+            found = dict(zip(unique, await self._call(unique, k), strict=True))
         except Exception as exc:  # noqa: BLE001 - isolate the failing request below
             if len(jobs) == 1:
                 _settle(jobs[0].future, exc=exc)
@@ -185,11 +179,8 @@ class MicroBatcher:
         for job in jobs:
             _settle(job.future, result=[found[q] for q in job.queries])
 
-    async def _call(self, queries: list[str], k: int, inline: bool = False) -> list[list[Passage]]:
-        if inline:
-            results = self._search(queries, k)
-        else:
-            results = await asyncio.get_running_loop().run_in_executor(self._executor, self._search, queries, k)
+    async def _call(self, queries: list[str], k: int) -> list[list[Passage]]:
+        results = await asyncio.get_running_loop().run_in_executor(self._executor, self._search, queries, k)
         if len(results) != len(queries):
             raise RuntimeError(f"the retriever returned {len(results)} result lists for {len(queries)} queries")
         return [list(r[:k]) for r in results]

@@ -99,7 +99,7 @@ def test_two_shards_over_ray_equal_the_unsharded_index(
     for k in (1, 5):
         body = {"queries": questions[:40], "topk": k, "return_scores": True}
         response = httpx.post(f"{base}/retrieve", json=body, timeout=120)
-        assert response.status_code == 200
+        assert response.status_code == 200, response.text
         assert response.json() == {"result": [as_wire(hits) for hits in full.search(questions[:40], k)]}
     deployments = serve.status().applications["sharded"].deployments  # type: ignore[attr-defined]
     assert {name for name in deployments} == {"searchenv-merge", "searchenv-shard-0", "searchenv-shard-1"}

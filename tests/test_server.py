@@ -8,7 +8,6 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -148,12 +147,11 @@ class SlowRetriever:
     name = "slow-random"
 
     def __init__(self, inner: RandomRetriever, delay: float):
-        self.inner, self.delay, self.calls, self.threads = inner, delay, [], []
+        self.inner, self.delay, self.calls = inner, delay, []
         self.corpus = inner.corpus
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         self.calls.append(list(queries))
-        self.threads.append(threading.current_thread().name)
         time.sleep(self.delay)
         if "boom" in queries:
             raise ValueError("cannot search 'boom'")
@@ -182,19 +180,6 @@ def test_concurrent_requests_are_merged_and_a_bad_query_fails_only_its_request(e
     assert health["batching"]["batches"] < 13  # requests that waited on a running batch were merged
     merged = [call for call in slow.calls if len(call) > 2]
     assert merged and all(call.count("shared") == 1 for call in merged)  # duplicates searched once
-    merged_threads = [thread for call, thread in zip(slow.calls, slow.threads) if len(call) > 2]
-    assert all(thread.startswith("searchenv-retrieve") for thread in merged_threads)
-
-
-def test_a_lone_request_is_searched_without_a_thread_hand_off(engine: RandomRetriever) -> None:
-    """One client at a time (Search-R1's rollout loop): no worker-thread round trip per request."""
-    slow = SlowRetriever(engine, delay=0.0)
-    with serve_in_thread(create_app(ServerConfig(cache_size=0), retriever=slow)) as base:
-        for i in range(3):
-            assert post(base, {"queries": [f"q{i}"], "topk": 2}).json() == {
-                "result": [[{"id": p.id, "contents": p.contents} for p in engine.search([f"q{i}"], 2)[0]]]
-            }
-    assert len(slow.threads) == 3 and not any(t.startswith("searchenv-retrieve") for t in slow.threads)
 
 
 def test_bearer_token(engine: RandomRetriever) -> None:
