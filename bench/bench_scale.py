@@ -124,10 +124,16 @@ def corpus_open(args: argparse.Namespace) -> dict:
     }
 
 
+def _memory_kb(pid: int | str = "self") -> dict[str, int]:
+    """The kB figures of ``/proc/PID/status`` (``RssAnon``, ``RssFile``, …); a zombie has no ``Rss*`` lines."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in lines) if v.strip().endswith("kB")}
+
+
 def _rss_split() -> dict:
     """Resident memory now, split into anonymous (the process's own) and file-backed (mapped page cache)."""
-    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
-    return {f"{k.lower()}_mb": int(fields[k].split()[0]) / 1024 for k in ("RssAnon", "RssFile") if k in fields}
+    fields = _memory_kb()
+    return {f"{k.lower()}_mb": fields[k] / 1024 for k in ("RssAnon", "RssFile") if k in fields}
 
 
 def _time_passes(run, passes: int = PASSES) -> float:
@@ -215,8 +221,8 @@ class _MemorySampler(threading.Thread):
 
 def _rss_kinds(pid: int) -> tuple[int, int]:
     """(RssAnon, RssFile + RssShmem) in kB of one process (a zombie has neither: KeyError)."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["RssAnon"].split()[0]), int(fields["RssFile"].split()[0]) + int(fields["RssShmem"].split()[0])
+    fields = _memory_kb(pid)
+    return fields["RssAnon"], fields["RssFile"] + fields["RssShmem"]
 
 
 def native_build(args: argparse.Namespace) -> dict:
