@@ -72,10 +72,25 @@ def overhead(steps: int, corpus: Corpus) -> list[tuple[str, float, float, float]
             samples.append(time.perf_counter_ns() - start)
         rows.append((f"searchenv {name}", *percentiles(samples)))
     rows.append(("searchenv reset", *percentiles(_time_resets(env, steps))))
+    rows.append(("searchenv episode: reset + answer step", *percentiles(_time_episodes(envs["em"], answer, steps))))
     peer = _skyrl_answer(steps)
     if peer:
-        rows.append(("skyrl-gym 0.4 search env, `<answer>x</answer>` (one env per episode)", *percentiles(peer)))
+        step, episode = peer
+        rows.append(("skyrl-gym 0.4 search env, `<answer>x</answer>` (one env per episode)", *percentiles(step)))
+        rows.append(("skyrl-gym episode: `skyrl_gym.make` + `init` + answer step", *percentiles(episode)))
     return rows
+
+
+def _time_episodes(env: SearchQAEnv, template: str, steps: int) -> list[int]:
+    """A one-action episode whole: what a trainer pays per trajectory that answers at once."""
+    answers = [template.format(a=example.golden_answers[0]) for example in env.examples]
+    samples = []
+    for i in range(steps):
+        start = time.perf_counter_ns()
+        env.reset(options={"index": i % len(answers)})
+        env.step(answers[i % len(answers)])
+        samples.append(time.perf_counter_ns() - start)
+    return samples
 
 
 def _time_resets(env: SearchQAEnv, steps: int) -> list[int]:
@@ -87,23 +102,29 @@ def _time_resets(env: SearchQAEnv, steps: int) -> list[int]:
     return samples
 
 
-def _skyrl_answer(steps: int) -> list[int] | None:
+def _skyrl_answer(steps: int) -> tuple[list[int], list[int]] | None:
+    """skyrl-gym's answer step alone, and its one-action episode as SkyRL's generator runs one: a fresh env from
+    ``skyrl_gym.make`` per trajectory, ``init``, then the step."""
     try:
+        import skyrl_gym
         from omegaconf import OmegaConf
-        from skyrl_gym.envs.search.env import SearchEnv
     except ImportError:
         return None
-    samples = []
     config = OmegaConf.create(
         {"search_url": "http://127.0.0.1:9/retrieve", "topk": 3, "timeout": 1, "log_requests": False}
     )
+    extras = {"reward_spec": {"ground_truth": {"target": ["x"]}}, "max_turns": 2}
+    step_samples, episode_samples = [], []
     for _ in range(steps):
-        env = SearchEnv(config, extras={"reward_spec": {"ground_truth": {"target": ["x"]}}, "max_turns": 2})
-        env.init([{"role": "user", "content": "q"}])
         start = time.perf_counter_ns()
+        env = skyrl_gym.make("search", env_config=config, extras=extras)
+        env.init([{"role": "user", "content": "q"}])
+        stepped = time.perf_counter_ns()
         env.step("<think>I know it.</think>\n<answer> x </answer>")
-        samples.append(time.perf_counter_ns() - start)
-    return samples
+        end = time.perf_counter_ns()
+        step_samples.append(end - stepped)
+        episode_samples.append(end - start)
+    return step_samples, episode_samples
 
 
 def vectorised(num_envs: int, vec_steps: int) -> tuple[float, float, float]:

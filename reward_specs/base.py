@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, runtime_checkable
 from typing import Protocol as TypingProtocol
 
 from searchenv.protocol import Protocol, get_protocol
-from searchenv.transcript import Facts, Turn, facts, turns_from_segments, turns_from_text
+from searchenv.transcript import Facts, Turn, turns_from_segments, turns_from_text
 
 if TYPE_CHECKING:
     from searchenv.episode import Episode
@@ -29,7 +29,7 @@ def _golds(golden_answers: str | Iterable[str]) -> tuple[str, ...]:
     return (golden_answers,) if isinstance(golden_answers, str) else tuple(map(str, golden_answers))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Rollout:
     """Everything a reward needs about one finished episode.
 
@@ -50,6 +50,32 @@ class Rollout:
     extras: Mapping[str, Any] = field(default_factory=dict)
     # Measurements shared by every spec that scores this rollout (see reward_specs.spec._measure).
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __init__(
+        self,
+        question: str,
+        golden_answers: tuple[str, ...],
+        protocol: Protocol,
+        facts: Facts,
+        turns: tuple[Turn, ...] = (),
+        extras: Mapping[str, Any] | None = None,
+        memo: dict[str, Any] | None = None,
+    ):
+        # The fields in one assignment: the generated frozen ``__init__`` pays an ``object.__setattr__`` per
+        # field, and the environment builds a rollout at every terminal step.
+        object.__setattr__(
+            self,
+            "__dict__",
+            {
+                "question": question,
+                "golden_answers": golden_answers,
+                "protocol": protocol,
+                "facts": facts,
+                "turns": turns,
+                "extras": {} if extras is None else extras,
+                "memo": {} if memo is None else memo,
+            },
+        )
 
     # -- the facts under the names specs use -------------------------------------------------------------
     @property
@@ -90,14 +116,14 @@ class Rollout:
         credit_searches: bool = True,
     ) -> Rollout:
         proto = get_protocol(protocol)
-        record = facts(turns, proto, credit_searches=credit_searches)
+        record = Facts(turns, proto, credit_searches=credit_searches)
         return cls(
             question=question,
             golden_answers=_golds(golden_answers),
             protocol=proto,
             facts=record,
             turns=record.turns,
-            extras=dict(extras or {}),
+            extras=dict(extras) if extras else None,
         )
 
     @classmethod
@@ -186,8 +212,7 @@ def _split_at_spans(response: str, env_spans: Sequence[tuple[int, int]]) -> list
     return pieces
 
 
-@dataclass(frozen=True)
-class RewardResult:
+class RewardResult(NamedTuple):
     """A scalar reward and the named parts it was made of (logged by adapters for dashboards)."""
 
     reward: float

@@ -15,10 +15,19 @@ from __future__ import annotations
 import string
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 
-__all__ = ["answer_in_passages", "answer_scores", "cover_exact_match", "exact_match", "f1_score", "normalize_answer"]
+__all__ = [
+    "NORMALISED_METRICS",
+    "answer_in_passages",
+    "answer_scores",
+    "cover_exact_match",
+    "exact_match",
+    "f1_score",
+    "normalised_golds",
+    "normalize_answer",
+]
 
 _ASCII_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ASCII_PUNCTUATION_TO_SPACE = str.maketrans(string.punctuation, " " * len(string.punctuation))
@@ -79,16 +88,19 @@ def normalize_answer(text: str | None) -> str:
     return _drop_articles(_strip_punctuation(text))
 
 
-def _as_golds(golds: str | Iterable[str]) -> tuple[str, ...]:
-    """Normalised, non-empty gold answers (a single string is one gold, not a sequence of characters)."""
-    items = (golds,) if isinstance(golds, str) else tuple(g for g in golds if isinstance(g, str))
-    return _normalised_golds(items)
+def normalised_golds(golds: str | Iterable[str]) -> tuple[str, ...]:
+    """Normalised, non-empty gold answers (a single string is one gold, not a sequence of characters); cached."""
+    items = (golds,) if isinstance(golds, str) else golds if type(golds) is tuple else tuple(golds)
+    try:
+        return _normalised_golds(items)
+    except TypeError:  # an unhashable item (a list in the answers): not a gold answer, and not cacheable
+        return _normalised_golds(tuple(g for g in items if isinstance(g, str)))
 
 
 @lru_cache(maxsize=16384)
 def _normalised_golds(items: tuple[str, ...]) -> tuple[str, ...]:
     # Cached: the same gold answers are scored for every sample of a GRPO group and every epoch.
-    return tuple(g for g in map(normalize_answer, items) if g)
+    return tuple(g for g in map(normalize_answer, (i for i in items if isinstance(i, str))) if g)
 
 
 def _token_f1(pred_tokens: list[str], gold_tokens: Sequence[str]) -> float:
@@ -102,23 +114,33 @@ def _token_f1(pred_tokens: list[str], gold_tokens: Sequence[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _scores(pred: str, golds: Sequence[str]) -> dict[str, float]:
-    """EM, F1 and cover-EM of a normalised prediction against normalised, non-empty golds."""
+# Each metric of a normalised prediction against normalised, non-empty golds; empty ones score 0 everywhere.
+def _exact(pred: str, golds: Sequence[str]) -> float:
+    return 1.0 if pred and pred in golds else 0.0
+
+
+def _f1(pred: str, golds: Sequence[str]) -> float:
     if not pred or not golds:
-        return {"em": 0.0, "f1": 0.0, "cem": 0.0}
-    if pred in golds:  # exact match implies F1 = cover-EM = 1; skip the token counting
-        return {"em": 1.0, "f1": 1.0, "cem": 1.0}
+        return 0.0
+    if pred in golds:  # exact match implies F1 = 1; skip the token counting
+        return 1.0
     pred_tokens = pred.split()
-    return {
-        "em": 0.0,
-        "f1": max(_token_f1(pred_tokens, g.split()) for g in golds),
-        "cem": float(any(g in pred for g in golds)),
-    }
+    return max(_token_f1(pred_tokens, g.split()) for g in golds)
+
+
+def _cover(pred: str, golds: Sequence[str]) -> float:
+    return 1.0 if pred and any(g in pred for g in golds) else 0.0
+
+
+NORMALISED_METRICS: dict[str, Callable[[str, Sequence[str]], float]] = {"em": _exact, "f1": _f1, "cem": _cover}
+"""``em``, ``f1`` and ``cem`` of an already normalised prediction and golds (see :func:`normalize_answer`):
+for callers that score one prediction several ways and normalise once."""
 
 
 def answer_scores(prediction: str | None, golds: str | Iterable[str]) -> dict[str, float]:
     """``{"em", "f1", "cem"}`` in one pass: the prediction and the golds are normalised once."""
-    return _scores(normalize_answer(prediction), _as_golds(golds))
+    pred, normalised = normalize_answer(prediction), normalised_golds(golds)
+    return {name: metric(pred, normalised) for name, metric in NORMALISED_METRICS.items()}
 
 
 def exact_match(prediction: str | None, golds: str | Iterable[str]) -> float:
@@ -154,7 +176,7 @@ def answer_in_passages(golds: str | Iterable[str], texts: Iterable[str]) -> bool
     of some gold answer occurs in its cheaply lower-cased, punctuation-deleted text (a necessary condition
     for both readings), and the scan stops at the first hit.
     """
-    answers = [(f" {g} ", g.split()) for g in _as_golds(golds)]
+    answers = [(f" {g} ", g.split()) for g in normalised_golds(golds)]
     if not answers:
         return False
     for text in texts:

@@ -41,11 +41,13 @@ import yaml
 from searchenv.lazy import LazyDict, computed_once
 from searchenv.reward_specs.base import RewardResult, RewardSpec, Rollout
 from searchenv.reward_specs.metrics import (
+    NORMALISED_METRICS,
     answer_in_passages,
-    answer_scores,
     cover_exact_match,
     exact_match,
     f1_score,
+    normalised_golds,
+    normalize_answer,
 )
 from searchenv.reward_specs.text import block_content
 from searchenv.reward_specs.wellformed import check_format, check_turns, single_block
@@ -91,26 +93,35 @@ class _Measured:
     """
 
     def __init__(self, rollout: Rollout):
-        self._rollout = rollout
+        # The rollout's pieces, not the rollout: the rollout's memo holds this object, and a reference back would
+        # make a cycle that only the garbage collector frees (one per terminal step).
+        self._facts, self._golds, self._protocol = rollout.facts, rollout.golden_answers, rollout.protocol
+
+    @computed_once
+    def _normalised(self) -> tuple[str, tuple[str, ...]]:  # the prediction and the golds, normalised once
+        return normalize_answer(self._facts.prediction), normalised_golds(self._golds)
+
+    def score(self, metric: str) -> float:
+        """One answer metric (``em``, ``f1``, ``cem``): an ``em`` reward never counts F1 tokens."""
+        return NORMALISED_METRICS[metric](*self._normalised)
 
     @computed_once
     def scores(self) -> dict[str, float]:  # em, f1, cem
-        return answer_scores(self._rollout.prediction, self._rollout.golden_answers)
+        return {name: metric(*self._normalised) for name, metric in NORMALISED_METRICS.items()}
 
     @computed_once
     def format_ok(self) -> bool:
-        rollout = self._rollout
-        if rollout.protocol.answer_mode == "tag":
-            return check_format(rollout.response, rollout.protocol).ok
-        return check_turns(rollout.turns).ok
+        if self._protocol.answer_mode == "tag":
+            return check_format(self._facts.response, self._protocol).ok
+        return check_turns(self._facts.turns).ok
 
     @computed_once
     def retrieval_hit(self) -> bool:
-        return answer_in_passages(self._rollout.golden_answers, self._rollout.retrieved_texts)
+        return answer_in_passages(self._golds, self._facts.shown_texts)
 
     @property
     def num_searches(self) -> int:
-        return self._rollout.num_searches
+        return self._facts.num_searches
 
     def parts(self, metric: str, **known: float) -> LazyDict:
         """The dashboard parts (:data:`PART_NAMES` plus the ``known`` ones a formula computed already), computed
@@ -126,7 +137,7 @@ class _Measured:
                 **known,
             }
 
-        return LazyDict((*PART_NAMES, *known), compute)
+        return LazyDict((*PART_NAMES, *known) if known else PART_NAMES, compute)
 
 
 def _measure(rollout: Rollout) -> _Measured:
@@ -187,7 +198,7 @@ class OutcomeReward(_Formula):
 
     def __call__(self, rollout: Rollout) -> RewardResult:
         measured = _measure(rollout)
-        return RewardResult(measured.scores[self.metric], measured.parts(self.metric))
+        return RewardResult(measured.score(self.metric), measured.parts(self.metric))
 
 
 @dataclass(frozen=True)
@@ -212,7 +223,7 @@ class FormatReward(_Formula):
 
     def __call__(self, rollout: Rollout) -> RewardResult:
         measured = _measure(rollout)
-        correct = measured.scores[self.metric] == 1.0
+        correct = measured.score(self.metric) == 1.0
         if correct:
             reward = 1.0 if measured.format_ok else 1.0 - self.lambda_f
         elif measured.format_ok:
@@ -285,7 +296,7 @@ class R1SearcherStage2(_Formula):
 
     def __call__(self, rollout: Rollout) -> RewardResult:
         measured = _measure(rollout)
-        reward = measured.scores[self.metric] - (0.0 if measured.format_ok else self.format_penalty)
+        reward = measured.score(self.metric) - (0.0 if measured.format_ok else self.format_penalty)
         return RewardResult(reward, measured.parts(self.metric))
 
 
@@ -364,7 +375,7 @@ class RSearchReward(_Formula):
         evidence_score = f1_score(evidence_answer, rollout.golden_answers)
         evidence_ok = rollout.num_searches == 0 or single_block(rollout.model_text, tags, rollout.protocol).ok
         answer_ok = single_block(rollout.model_text, rollout.protocol.answer_tags, rollout.protocol).ok
-        answer_score = measured.scores[self.metric]
+        answer_score = measured.score(self.metric)
         reward = answer_score + evidence_score + self.gamma_e * evidence_ok + self.gamma_a * answer_ok
         parts = measured.parts(
             self.metric,

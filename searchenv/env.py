@@ -24,7 +24,7 @@ from searchenv.lazy import LazyDict
 from searchenv.protocol import Protocol, parse_action
 from searchenv.reward_specs.base import RewardResult, Rollout
 from searchenv.spaces import UnicodeText
-from searchenv.stepping import StepOutcome, StepPlan, StepResult, step_batch, step_batch_async
+from searchenv.stepping import StepOutcome, StepPlan, StepResult, search_and_commit, step_batch, step_batch_async
 from searchenv.transcript import Facts, Turn
 from searchenv.types import Corpus, Passage, QAExample, Retriever
 
@@ -199,7 +199,10 @@ class SearchQAEnv(gym.Env[str, str]):
         return prompt, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        return tuple(step_batch([self], [action])[0])  # type: ignore[return-value]
+        plan = self._plan(action)
+        if plan.query is None:  # nothing to search: what step_batch would do, without its batch bookkeeping
+            return self._commit(self._outcome(plan, None, None))  # type: ignore[return-value]
+        return search_and_commit([self], [plan])[0]  # type: ignore[return-value]
 
     def render(self) -> str | None:
         if self._episode is None:

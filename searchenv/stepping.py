@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from searchenv.protocol import ParsedAction
@@ -36,8 +35,7 @@ class StepResult(NamedTuple):
     info: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class StepPlan:
+class StepPlan(NamedTuple):
     """One action read and checked, nothing changed yet: the query to run (if any) and whether the budget ends."""
 
     parsed: ParsedAction
@@ -45,8 +43,7 @@ class StepPlan:
     final: bool
 
 
-@dataclass(frozen=True, slots=True)
-class StepOutcome:
+class StepOutcome(NamedTuple):
     """What a step will do to its episode: the turn to append, the end flag, the reward (terminal step only)."""
 
     turn: Turn
@@ -136,7 +133,12 @@ def step_batch(envs: Sequence[Any], actions: Sequence[str]) -> list[StepResult]:
     episodes are shown the protocol's short "search unavailable" block and get ``info["retrieval_error"]``;
     the failed search does not count as a search.
     """
-    unwrapped, plans = _plan_all(envs, actions)
+    return search_and_commit(*_plan_all(envs, actions))
+
+
+def search_and_commit(unwrapped: Sequence[SearchQAEnv], plans: Sequence[StepPlan]) -> list[StepResult]:
+    """Phases two and three of :func:`step_batch` for actions already planned (``SearchQAEnv.step`` plans its
+    one action itself: it has nothing to unwrap or compare)."""
     found: dict[int, list[Passage]] = {}
     errors: dict[int, str] = {}
     for (_, k), group in _search_groups(unwrapped, plans).items():

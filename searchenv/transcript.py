@@ -23,8 +23,7 @@ Every reader here is linear in the length of the text (adversarial responses of 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from searchenv.lazy import computed_once
 from searchenv.protocol import ParsedAction, Protocol, parse_action
@@ -44,9 +43,8 @@ Author = Literal["model", "env"]
 SearchStatus = Literal["executed", "failed", "skipped"]
 
 
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """One action and the environment's answer to it.
+class Turn(NamedTuple):
+    """One action and the environment's answer to it (an immutable record, one per action).
 
     Attributes:
         action: what the parser accepted (``kind``, ``content``, the ``kept`` text, the ``dropped`` rest).
@@ -109,7 +107,7 @@ class Facts:
         """The turns these facts were read from."""
         return self._turns
 
-    @computed_once
+    @property
     def prediction(self) -> str | None:
         final = self._turns[-1].action if self._turns else None
         return final.content if final is not None and final.kind == "answer" else None
