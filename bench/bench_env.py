@@ -3,11 +3,15 @@
 1. Overhead: parse + format + reward with retrieval excluded (a retriever that returns ready passages),
    p50/p99 per action kind; skyrl-gym's ``search`` env answering the same way is measured in the same run.
    Reward parts and episode metrics are computed when first read, so the answer step is timed both with the
-   ``info`` left unread (a trainer that uses the reward only) and with every part and metric read.
+   ``info`` left unread (a trainer that uses the reward only) and with every part and metric read. A whole
+   one-answer episode is timed too, skyrl-gym's as SkyRL's generator runs one (``skyrl_gym.make`` per trajectory),
+   and the two answer steps once more in alternating blocks (``--rounds``), so load spikes land on both.
 2. ``make_vec`` with N envs and the bm25 retriever on ../shared/data/corpus/union.jsonl (NQ questions as
    queries): environment steps per second, one batched search per vector step.
 
-    python bench/bench_env.py [--steps 20000] [--num-envs 64] [--vec-steps 30]
+    python bench/bench_env.py [--steps 20000] [--num-envs 64] [--vec-steps 30] [--rounds 12 --block 3000]
+
+For a steadier ratio on a shared machine, pin it to one core: ``taskset -c 1 python bench/bench_env.py``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ class ReadyPassages:
         return [self.hits[:k] for _ in queries]
 
 
+ANSWER = "<think>I know it.</think>\n<answer> {a} </answer>"
+
+
 def percentiles(samples_ns: list[int]) -> tuple[float, float, float]:
     ordered = np.sort(np.asarray(samples_ns)) / 1000.0
     return float(np.percentile(ordered, 50)), float(np.percentile(ordered, 99)), 1e6 / float(np.mean(ordered))
@@ -51,7 +58,7 @@ def overhead(steps: int, corpus: Corpus) -> list[tuple[str, float, float, float]
         for reward in ("em", "format")
     }
     rows = []
-    answer = "<think>I know it.</think>\n<answer> {a} </answer>"
+    answer = ANSWER
     cases = {
         "search (parse + format block)": ("em", "<think>I should look this up.</think>\n<search> {q} </search>", False),
         "answer, `em` spec (parts not read)": ("em", answer, False),
@@ -60,18 +67,8 @@ def overhead(steps: int, corpus: Corpus) -> list[tuple[str, float, float, float]
         "invalid (parse + hint)": ("em", "I am not sure what {q} means", False),
     }
     for name, (reward, template, read_parts) in cases.items():
-        env = envs[reward]
-        samples = []
-        for i in range(steps):
-            _, info = env.reset(options={"index": i % len(questions)})
-            action = template.format(q=info["question"], a=info["golden_answers"][0])
-            start = time.perf_counter_ns()
-            _, _, _, _, info = env.step(action)
-            if read_parts:  # what a logger that keeps every part pays
-                dict(info["reward_parts"]), dict(info["episode"])
-            samples.append(time.perf_counter_ns() - start)
-        rows.append((f"searchenv {name}", *percentiles(samples)))
-    rows.append(("searchenv reset", *percentiles(_time_resets(env, steps))))
+        rows.append((f"searchenv {name}", *percentiles(_time_steps(envs[reward], template, steps, read_parts))))
+    rows.append(("searchenv reset", *percentiles(_time_resets(envs["em"], steps))))
     rows.append(("searchenv episode: reset + answer step", *percentiles(_time_episodes(envs["em"], answer, steps))))
     peer = _skyrl_answer(steps)
     if peer:
@@ -91,6 +88,32 @@ def _time_episodes(env: SearchQAEnv, template: str, steps: int) -> list[int]:
         env.step(answers[i % len(answers)])
         samples.append(time.perf_counter_ns() - start)
     return samples
+
+
+def _time_steps(env: SearchQAEnv, template: str, steps: int, read_parts: bool = False) -> list[int]:
+    samples = []
+    for i in range(steps):
+        _, info = env.reset(options={"index": i % len(env.examples)})
+        action = template.format(q=info["question"], a=info["golden_answers"][0])
+        start = time.perf_counter_ns()
+        _, _, _, _, info = env.step(action)
+        if read_parts:  # what a logger that keeps every part pays
+            dict(info["reward_parts"]), dict(info["episode"])
+        samples.append(time.perf_counter_ns() - start)
+    return samples
+
+
+def alternating(rounds: int, block: int, corpus: Corpus) -> tuple[list[float], list[float]] | None:
+    """The `em` answer step of searchenv and of skyrl-gym in alternating blocks: the p50 of each block, so a
+    load spike on this shared machine lands on both."""
+    if _skyrl_answer(1) is None:
+        return None
+    env = SearchQAEnv(dataset=SHARED / "qa" / "nq_test_1000.jsonl", retriever=ReadyPassages(corpus), reward="em")
+    ours, peer = [], []
+    for _ in range(rounds):
+        ours.append(percentiles(_time_steps(env, ANSWER, block))[0])
+        peer.append(percentiles(_skyrl_answer(block)[0])[0])  # type: ignore[index]
+    return ours, peer
 
 
 def _time_resets(env: SearchQAEnv, steps: int) -> list[int]:
@@ -156,11 +179,22 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--vec-steps", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=12, help="alternating answer-step blocks vs skyrl-gym (0: skip)")
+    parser.add_argument("--block", type=int, default=3_000, help="steps per alternating block")
     args = parser.parse_args()
     corpus = Corpus.from_jsonl(SHARED / "corpus" / "flashrag_sample.jsonl")
     print("| step | p50 µs | p99 µs | steps/s |\n|---|---|---|---|")
     for name, p50, p99, rate in overhead(args.steps, corpus):
         print(f"| {name} | {p50:.1f} | {p99:.1f} | {rate:,.0f} |")
+    blocks = alternating(args.rounds, args.block, corpus) if args.rounds else None
+    if blocks:
+        ours, peer = blocks
+        ratios = [a / b for a, b in zip(ours, peer, strict=True)]
+        print(
+            f"\nanswer step, `em`, {args.rounds} alternating blocks of {args.block}: median block p50 "
+            f"{statistics.median(ours):.1f} µs vs skyrl-gym {statistics.median(peer):.1f} µs, ratio "
+            f"{statistics.median(ratios):.2f}× (blocks {min(ratios):.2f}–{max(ratios):.2f}×)"
+        )
     build, rate, ms = vectorised(args.num_envs, args.vec_steps)
     print(
         f"\nmake_vec N={args.num_envs}, bm25 on union.jsonl (build {build:.1f} s): "
