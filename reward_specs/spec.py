@@ -96,18 +96,17 @@ class _Measured:
         # The rollout's pieces, not the rollout: the rollout's memo holds this object, and a reference back would
         # make a cycle that only the garbage collector frees (one per terminal step).
         self._facts, self._golds, self._protocol = rollout.facts, rollout.golden_answers, rollout.protocol
-
-    @computed_once
-    def _normalised(self) -> tuple[str, tuple[str, ...]]:  # the prediction and the golds, normalised once
-        return normalize_answer(self._facts.prediction), normalised_golds(self._golds)
+        # Normalised at once, not on first read: nearly every formula scores the answer, and a lazy attribute's
+        # first read costs as much as normalising a short answer.
+        self._prediction, self._normalised_golds = normalize_answer(rollout.prediction), normalised_golds(self._golds)
 
     def score(self, metric: str) -> float:
         """One answer metric (``em``, ``f1``, ``cem``): an ``em`` reward never counts F1 tokens."""
-        return NORMALISED_METRICS[metric](*self._normalised)
+        return NORMALISED_METRICS[metric](self._prediction, self._normalised_golds)
 
     @computed_once
     def scores(self) -> dict[str, float]:  # em, f1, cem
-        return {name: metric(*self._normalised) for name, metric in NORMALISED_METRICS.items()}
+        return {name: metric(self._prediction, self._normalised_golds) for name, metric in NORMALISED_METRICS.items()}
 
     @computed_once
     def format_ok(self) -> bool:
