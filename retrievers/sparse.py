@@ -216,17 +216,34 @@ def _analyse_segment(segment: list[str] | _CorpusRange) -> SegmentPostings:
 
 
 @njit(cache=True)
-def _copy_runs(terms, starts, docs, tfs, first_doc, t0, t1, fill, out_docs, out_tfs):  # pragma: no cover - jit
-    """Append one segment's postings of the global terms ``t0:t1`` to each term's slot (``fill``) in the output."""
+def _copy_runs(terms, starts, docs, tfs, first_doc, t0, fill, out_docs, out_tfs):  # pragma: no cover - jit
+    """Append one segment's postings of the global terms ``terms`` (all in the merge range from ``t0``; term ``i``
+    owns ``docs[starts[i] - starts[0]:starts[i + 1] - starts[0]]``) to each term's slot (``fill``) in the output."""
+    base = starts[0]
     for i in range(terms.shape[0]):
-        t = terms[i]
-        if t0 <= t < t1:
-            p = fill[t - t0]
-            for j in range(starts[i], starts[i + 1]):
-                out_docs[p] = docs[j] + first_doc
-                out_tfs[p] = tfs[j]
-                p += 1
-            fill[t - t0] = p
+        p = fill[terms[i] - t0]
+        for j in range(starts[i] - base, starts[i + 1] - base):
+            out_docs[p] = docs[j] + first_doc
+            out_tfs[p] = tfs[j]
+            p += 1
+        fill[terms[i] - t0] = p
+
+
+@njit(cache=True)
+def _runs_in_order(order, starts, docs, tfs, out_starts, out_docs, out_tfs):  # pragma: no cover - jit
+    """Reorder term-major postings so that run ``order[i]`` comes ``i``-th; ``out_starts`` gets the new bounds."""
+    p = 0
+    for i in range(order.shape[0]):
+        out_starts[i] = p
+        for j in range(starts[order[i]], starts[order[i] + 1]):
+            out_docs[p] = docs[j]
+            out_tfs[p] = tfs[j]
+            p += 1
+    out_starts[order.shape[0]] = p
+
+
+#: A scratch segment's files: its global term ids (ascending), their run bounds, the runs' passages and tfs.
+_SCRATCH = {"terms": np.int32, "starts": np.int64, "docs": np.int32, "tfs": np.uint16}
 
 
 class _SegmentWriter:
@@ -239,6 +256,25 @@ class _SegmentWriter:
         self.lengths: list[np.ndarray] = []
         self.segments: list[int] = []  # the first document of each
         self._global_of: dict[str, np.ndarray] = {}  # per worker analyser: its term ids → global ids
+
+    def _scratch_file(self, segment: int, part: str) -> Path:
+        return self.scratch / f"seg{segment}-{part}.bin"
+
+    def _read(self, segment: int, part: str, lo: int, hi: int) -> np.ndarray:
+        """Entries ``lo:hi`` of one of a segment's scratch files, read (not mapped: the touched pages of a mapped file
+        would count in the build's resident memory until the merge ends)."""
+        dtype = _SCRATCH[part]
+        return np.fromfile(self._scratch_file(segment, part), dtype, hi - lo, offset=lo * np.dtype(dtype).itemsize)
+
+    def _cuts(self, bounds: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per segment: where each merge range ``bounds[c]:bounds[c + 1]`` of global terms starts in its term list
+        and in its postings."""
+        cuts = []
+        for segment in range(len(self.segments)):
+            terms = np.fromfile(self._scratch_file(segment, "terms"), np.int32)
+            at = np.searchsorted(terms, bounds)
+            cuts.append((at, np.fromfile(self._scratch_file(segment, "starts"), np.int64)[at]))
+        return cuts
 
     def add(self, analysed: SegmentPostings) -> None:
         """Give the segment's terms global ids — new terms the next ids, in the segment's order of first
@@ -266,11 +302,13 @@ class _SegmentWriter:
         grown[: len(self.doc_freq)] = self.doc_freq
         grown[terms] += np.diff(analysed.starts)
         self.doc_freq = grown
-        index = len(self.segments)
-        np.save(self.scratch / f"seg{index}-terms.npy", terms.astype(np.int32))
-        np.save(self.scratch / f"seg{index}-starts.npy", analysed.starts)
-        np.save(self.scratch / f"seg{index}-docs.npy", analysed.docs)
-        np.save(self.scratch / f"seg{index}-tfs.npy", analysed.tfs)
+        # Sorted by global term id, a merge range is one contiguous slice of each segment's files.
+        order = np.argsort(terms, kind="stable")
+        starts = np.empty(len(terms) + 1, np.int64)
+        docs, tfs = np.empty_like(analysed.docs), np.empty_like(analysed.tfs)
+        _runs_in_order(order, analysed.starts, analysed.docs, analysed.tfs, starts, docs, tfs)
+        for (part, dtype), array in zip(_SCRATCH.items(), (terms[order], starts, docs, tfs), strict=True):
+            array.astype(dtype, copy=False).tofile(self._scratch_file(len(self.segments), part))
         self.segments.append(sum(len(x) for x in self.lengths))
         self.lengths.append(analysed.lengths)
 
@@ -296,28 +334,29 @@ class _SegmentWriter:
             whole = np.fromiter((collection.doc_freq[t] for t in self.term_ids), np.int64, vocab_size)
             idf, cache = _lucene_weights(whole, collection.doc_count, collection.total_length, k1, b)
         norms = norm_byte(lengths)
-        segments = [
-            tuple(
-                np.load(self.scratch / f"seg{i}-{part}.npy", mmap_mode="r")
-                for part in ("terms", "starts", "docs", "tfs")
-            )
-            for i in range(len(self.segments))
-        ]
+        bounds = [0]
+        while bounds[-1] < vocab_size:
+            bounds.append(_term_range_end(self.doc_freq, bounds[-1], merge_postings))
+        cuts = self._cuts(np.asarray(bounds, np.int64))
         total = int(self.doc_freq.sum())
         term_blocks = np.zeros(vocab_size + 1, dtype=np.int64)
         block_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         written = blocks = 0
         progress = tqdm(total=total, desc="native: merging", unit="posting", disable=not show_progress)
         with open(directory / "postings.bin", "wb") as postings:
-            t0 = 0
-            while t0 < vocab_size:
-                t1 = _term_range_end(self.doc_freq, t0, merge_postings)
+            for c, (t0, t1) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
                 chunk_indptr = np.zeros(t1 - t0 + 1, dtype=np.int64)
                 np.cumsum(self.doc_freq[t0:t1], out=chunk_indptr[1:])
                 docs, tfs = np.empty(chunk_indptr[-1], np.int32), np.empty(chunk_indptr[-1], np.int32)
                 fill = chunk_indptr[:-1].copy()
-                for first_doc, (terms, starts, seg_docs, seg_tfs) in zip(self.segments, segments, strict=True):
-                    _copy_runs(terms, starts, seg_docs, seg_tfs, first_doc, t0, t1, fill, docs, tfs)
+                for segment, (first_doc, (at, posting_at)) in enumerate(zip(self.segments, cuts, strict=True)):
+                    if at[c] == at[c + 1]:
+                        continue
+                    terms = self._read(segment, "terms", at[c], at[c + 1])
+                    starts = self._read(segment, "starts", at[c], at[c + 1] + 1)
+                    seg_docs = self._read(segment, "docs", posting_at[c], posting_at[c + 1])
+                    seg_tfs = self._read(segment, "tfs", posting_at[c], posting_at[c + 1])
+                    _copy_runs(terms, starts, seg_docs, seg_tfs, first_doc, t0, fill, docs, tfs)
                 nblocks = int(np.sum(-(-self.doc_freq[t0:t1] // BLOCK)))
                 out = np.empty(len(docs) * 6 + nblocks * 3 + 8, dtype=np.uint8)
                 last = np.empty(nblocks, np.int32)
@@ -333,7 +372,6 @@ class _SegmentWriter:
                 written += size
                 blocks += count
                 progress.update(len(docs))
-                t0 = t1
         progress.close()
         term_blocks[vocab_size] = blocks
         block_last, block_offset, block_max = (
