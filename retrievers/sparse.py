@@ -23,6 +23,7 @@ scores are summed in double — so scores usually equal Lucene's to the last bit
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import multiprocessing
 import shutil
@@ -44,6 +45,7 @@ from searchenv.corpus_store import DiskCorpus
 from searchenv.retrievers.analysis import EnglishAnalyzer
 from searchenv.retrievers.postings import BLOCK, decode_block, encode_terms
 from searchenv.retrievers.segment_postings import SegmentAnalyser, SegmentPostings
+from searchenv.retrievers.term_lookup import TermTable, write_term_table
 from searchenv.types import Corpus, split_contents
 
 __all__ = [
@@ -385,6 +387,7 @@ class _SegmentWriter:
         for name, array in zip(_FILES, arrays, strict=True):
             np.save(directory / f"{name}.npy", array)
         (directory / "terms.txt").write_text("\n".join(self.term_ids), encoding="utf-8")
+        write_term_table(directory, self.term_ids)
         meta = {
             "num_docs": len(lengths),
             "postings": total,
@@ -783,17 +786,16 @@ class NativeEngine:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r") for name in _FILES}
             data = np.memmap(directory / "postings.bin", dtype=np.uint8, mode="r")
-            text = (directory / "terms.txt").read_text(encoding="utf-8")
-        except (OSError, ValueError) as exc:
+            terms = TermTable(directory, int(meta["terms"]))
+        except (OSError, ValueError, KeyError) as exc:
             raise ValueError(
                 f"{directory} is not a complete native BM25 index ({exc}); delete it (or pass rebuild=True) and "
                 "build it again"
             ) from None
-        self.vocabulary = text.split("\n") if text else []
         self.num_docs = int(meta["num_docs"])
         self.k1, self.b = float(meta["k1"]), float(meta["b"])
         consistent = (
-            len(self.vocabulary) == meta["terms"] == len(arrays["idf"]) == len(arrays["term_blocks"]) - 1
+            len(terms) == len(arrays["idf"]) == len(arrays["term_blocks"]) - 1
             and len(arrays["norms"]) == self.num_docs
             and int(arrays["block_offset"][-1]) == len(data)
             and int(arrays["term_blocks"][-1]) == len(arrays["block_max"]) == len(arrays["block_offset"]) - 1
@@ -801,7 +803,7 @@ class NativeEngine:
         if not consistent:
             raise ValueError(f"{directory} holds a corrupt native BM25 index (its files disagree in size); rebuild it")
         self.analyzer = EnglishAnalyzer()
-        self._term_ids = {term: i for i, term in enumerate(self.vocabulary)}
+        self.terms = terms
         self._arrays = (
             data,
             arrays["term_blocks"],
@@ -813,29 +815,26 @@ class NativeEngine:
             arrays["norm_cache"],
             # each term's score bound: its highest block maximum (every term has at least one block)
             np.maximum.reduceat(arrays["block_max"], arrays["term_blocks"][:-1])
-            if len(self.vocabulary)
+            if len(terms)
             else np.zeros(0, np.float32),
         )
         self.threads = max(1, int(threads))
         self.scratch = scratch  # the temporary directory of an in-memory build, removed with the engine
         self._pool: ThreadPoolExecutor | None = None
 
-    def _query_terms(self, query: str) -> dict[int, float]:
-        weights: dict[int, float] = {}
-        for term in self.analyzer.analyze(query):
-            tid = self._term_ids.get(term)
-            if tid is not None:
-                weights[tid] = weights.get(tid, 0.0) + 1.0  # Anserini boosts a repeated term by its count
-        return weights
-
     def search(self, queries: Sequence[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-``k`` (positions, scores) per query, best first; only passages sharing a term with the query."""
         k = max(1, min(int(k), self.num_docs))
+        analysed = self.analyzer.analyze_many(queries)
+        ids = iter(self.terms.ids([term for terms in analysed for term in terms]).tolist())  # all looked up at once
         qptr = [0]
         qterms: list[int] = []
         qweights: list[float] = []
-        for query in queries:
-            weights = self._query_terms(query)
+        for terms in analysed:
+            weights: dict[int, float] = {}
+            for tid in itertools.islice(ids, len(terms)):
+                if tid >= 0:
+                    weights[tid] = weights.get(tid, 0.0) + 1.0  # Anserini boosts a repeated term by its count
             qterms.extend(weights)
             qweights.extend(weights.values())
             qptr.append(len(qterms))
