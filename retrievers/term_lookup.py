@@ -10,7 +10,7 @@ UTF-8 text, which is their code point order). A lookup is a binary search over `
 from __future__ import annotations
 
 import os
-import tempfile
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -45,13 +45,13 @@ def write_term_table(directory: str | Path, terms: Sequence[str] | Mapping[str, 
 
 def _save(path: Path, array: np.ndarray) -> None:
     """Save atomically: a reader never sees a half-written file, and two writers do not clash."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".npy")
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
     try:
-        with os.fdopen(handle, "wb") as out:
+        with open(temporary, "xb") as out:  # the usual permissions (a mkstemp file would be owner-only)
             np.save(out, array)
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
 
 

@@ -334,6 +334,7 @@ def test_index_without_the_term_table_gets_it_once(tmp_path, monkeypatch):
     monkeypatch.undo()
     hits = NativeEngine(tmp_path, threads=1).search(queries, 3)
     assert {name: (tmp_path / name).read_bytes() for name in table} == table
+    assert {(tmp_path / name).stat().st_mode for name in table} == {(tmp_path / "idf.npy").stat().st_mode}
     assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(hits, expected, strict=True))
 
 
