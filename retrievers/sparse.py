@@ -7,12 +7,12 @@ merged term range by term range into bit-packed blocks (:mod:`searchenv.retrieve
 highest BM25 impact. Memory is bounded by the segment size, the merge range and the tokens a worker remembers, not
 by the corpus: what grows with N is the vocabulary, one norm byte and one length per passage.
 
-Searching memory-maps the index. Per query, terms run from the highest score bound (rare terms) down, scoring
-postings into a dense accumulator (term-at-a-time); once the bounds of the terms left add up to less than the
-current ``k``-th best partial score, no untouched passage can still reach the top ``k``, and the remaining
-(long, common-term) lists are only probed for the surviving candidates, skipping every block that holds none
-(MaxScore with block skipping; results stay exact). Batches run in threads over the queries (the kernel releases
-the GIL).
+Searching memory-maps the index, its term dictionary included (:mod:`searchenv.retrievers.term_lookup`). Per query,
+terms run from the highest score bound (rare terms) down, scoring postings into a dense accumulator
+(term-at-a-time); once the bounds of the terms left add up to less than the current ``k``-th best partial score,
+no untouched passage can still reach the top ``k``, and the remaining (long, common-term) lists are only probed for
+the surviving candidates, skipping every block that holds none (MaxScore with block skipping; results stay exact).
+Batches run in threads over the queries (the kernel releases the GIL).
 
 Why it agrees with Lucene: terms come from :class:`~searchenv.retrievers.analysis.EnglishAnalyzer` (a copy of
 Anserini's analyzer), document lengths are stored as Lucene's one-byte norm (``SmallFloat.intToByte4``), each
