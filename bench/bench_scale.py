@@ -251,6 +251,7 @@ def native_search(args: argparse.Namespace) -> dict:
 
     _, retriever = _native(args, rebuild=False)
     opened = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    opened_split = {f"open_{key}": value for key, value in _rss_split().items()}  # the term table is mapped too
     engine = retriever._engine  # positions straight from the engine, as the Lucene figures are docids
     questions = _questions(args.world, args.questions)
     for _ in range(args.warm):
@@ -269,6 +270,7 @@ def native_search(args: argparse.Namespace) -> dict:
         "retriever_batch_qps": len(questions) / retriever_batch_s,
         "top3_agreement": tie_tolerant_agreement(mine, ids, scores, depth=3),
         "open_rss_mb": opened / 1024,
+        **opened_split,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 

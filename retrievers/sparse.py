@@ -7,12 +7,12 @@ merged term range by term range into bit-packed blocks (:mod:`searchenv.retrieve
 highest BM25 impact. Memory is bounded by the segment size, the merge range and the tokens a worker remembers, not
 by the corpus: what grows with N is the vocabulary, one norm byte and one length per passage.
 
-Searching memory-maps the index. Per query, terms run from the highest score bound (rare terms) down, scoring
-postings into a dense accumulator (term-at-a-time); once the bounds of the terms left add up to less than the
-current ``k``-th best partial score, no untouched passage can still reach the top ``k``, and the remaining
-(long, common-term) lists are only probed for the surviving candidates, skipping every block that holds none
-(MaxScore with block skipping; results stay exact). Batches run in threads over the queries (the kernel releases
-the GIL).
+Searching memory-maps the index, its term dictionary included (:mod:`searchenv.retrievers.term_lookup`). Per query,
+terms run from the highest score bound (rare terms) down, scoring postings into a dense accumulator
+(term-at-a-time); once the bounds of the terms left add up to less than the current ``k``-th best partial score,
+no untouched passage can still reach the top ``k``, and the remaining (long, common-term) lists are only probed for
+the surviving candidates, skipping every block that holds none (MaxScore with block skipping; results stay exact).
+Batches run in threads over the queries (the kernel releases the GIL).
 
 Why it agrees with Lucene: terms come from :class:`~searchenv.retrievers.analysis.EnglishAnalyzer` (a copy of
 Anserini's analyzer), document lengths are stored as Lucene's one-byte norm (``SmallFloat.intToByte4``), each
@@ -23,6 +23,7 @@ scores are summed in double — so scores usually equal Lucene's to the last bit
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import multiprocessing
 import shutil
@@ -44,6 +45,7 @@ from searchenv.corpus_store import DiskCorpus
 from searchenv.retrievers.analysis import EnglishAnalyzer
 from searchenv.retrievers.postings import BLOCK, decode_block, encode_terms
 from searchenv.retrievers.segment_postings import SegmentAnalyser, SegmentPostings
+from searchenv.retrievers.term_lookup import TermTable, write_term_table
 from searchenv.types import Corpus, split_contents
 
 __all__ = [
@@ -216,17 +218,34 @@ def _analyse_segment(segment: list[str] | _CorpusRange) -> SegmentPostings:
 
 
 @njit(cache=True)
-def _copy_runs(terms, starts, docs, tfs, first_doc, t0, t1, fill, out_docs, out_tfs):  # pragma: no cover - jit
-    """Append one segment's postings of the global terms ``t0:t1`` to each term's slot (``fill``) in the output."""
+def _copy_runs(terms, starts, docs, tfs, first_doc, t0, fill, out_docs, out_tfs):  # pragma: no cover - jit
+    """Append one segment's postings of the global terms ``terms`` (all in the merge range from ``t0``; term ``i``
+    owns ``docs[starts[i] - starts[0]:starts[i + 1] - starts[0]]``) to each term's slot (``fill``) in the output."""
+    base = starts[0]
     for i in range(terms.shape[0]):
-        t = terms[i]
-        if t0 <= t < t1:
-            p = fill[t - t0]
-            for j in range(starts[i], starts[i + 1]):
-                out_docs[p] = docs[j] + first_doc
-                out_tfs[p] = tfs[j]
-                p += 1
-            fill[t - t0] = p
+        p = fill[terms[i] - t0]
+        for j in range(starts[i] - base, starts[i + 1] - base):
+            out_docs[p] = docs[j] + first_doc
+            out_tfs[p] = tfs[j]
+            p += 1
+        fill[terms[i] - t0] = p
+
+
+@njit(cache=True)
+def _runs_in_order(order, starts, docs, tfs, out_starts, out_docs, out_tfs):  # pragma: no cover - jit
+    """Reorder term-major postings so that run ``order[i]`` comes ``i``-th; ``out_starts`` gets the new bounds."""
+    p = 0
+    for i in range(order.shape[0]):
+        out_starts[i] = p
+        for j in range(starts[order[i]], starts[order[i] + 1]):
+            out_docs[p] = docs[j]
+            out_tfs[p] = tfs[j]
+            p += 1
+    out_starts[order.shape[0]] = p
+
+
+#: A scratch segment's files: its global term ids (ascending), their run bounds, the runs' passages and tfs.
+_SCRATCH = {"terms": np.int32, "starts": np.int64, "docs": np.int32, "tfs": np.uint16}
 
 
 class _SegmentWriter:
@@ -239,6 +258,25 @@ class _SegmentWriter:
         self.lengths: list[np.ndarray] = []
         self.segments: list[int] = []  # the first document of each
         self._global_of: dict[str, np.ndarray] = {}  # per worker analyser: its term ids → global ids
+
+    def _scratch_file(self, segment: int, part: str) -> Path:
+        return self.scratch / f"seg{segment}-{part}.bin"
+
+    def _read(self, segment: int, part: str, lo: int, hi: int) -> np.ndarray:
+        """Entries ``lo:hi`` of one of a segment's scratch files, read (not mapped: the touched pages of a mapped file
+        would count in the build's resident memory until the merge ends)."""
+        dtype = _SCRATCH[part]
+        return np.fromfile(self._scratch_file(segment, part), dtype, hi - lo, offset=lo * np.dtype(dtype).itemsize)
+
+    def _cuts(self, bounds: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per segment: where each merge range ``bounds[c]:bounds[c + 1]`` of global terms starts in its term list
+        and in its postings."""
+        cuts = []
+        for segment in range(len(self.segments)):
+            terms = np.fromfile(self._scratch_file(segment, "terms"), np.int32)
+            at = np.searchsorted(terms, bounds)
+            cuts.append((at, np.fromfile(self._scratch_file(segment, "starts"), np.int64)[at]))
+        return cuts
 
     def add(self, analysed: SegmentPostings) -> None:
         """Give the segment's terms global ids — new terms the next ids, in the segment's order of first
@@ -266,11 +304,13 @@ class _SegmentWriter:
         grown[: len(self.doc_freq)] = self.doc_freq
         grown[terms] += np.diff(analysed.starts)
         self.doc_freq = grown
-        index = len(self.segments)
-        np.save(self.scratch / f"seg{index}-terms.npy", terms.astype(np.int32))
-        np.save(self.scratch / f"seg{index}-starts.npy", analysed.starts)
-        np.save(self.scratch / f"seg{index}-docs.npy", analysed.docs)
-        np.save(self.scratch / f"seg{index}-tfs.npy", analysed.tfs)
+        # Sorted by global term id, a merge range is one contiguous slice of each segment's files.
+        order = np.argsort(terms, kind="stable")
+        starts = np.empty(len(terms) + 1, np.int64)
+        docs, tfs = np.empty_like(analysed.docs), np.empty_like(analysed.tfs)
+        _runs_in_order(order, analysed.starts, analysed.docs, analysed.tfs, starts, docs, tfs)
+        for (part, dtype), array in zip(_SCRATCH.items(), (terms[order], starts, docs, tfs), strict=True):
+            array.astype(dtype, copy=False).tofile(self._scratch_file(len(self.segments), part))
         self.segments.append(sum(len(x) for x in self.lengths))
         self.lengths.append(analysed.lengths)
 
@@ -296,28 +336,29 @@ class _SegmentWriter:
             whole = np.fromiter((collection.doc_freq[t] for t in self.term_ids), np.int64, vocab_size)
             idf, cache = _lucene_weights(whole, collection.doc_count, collection.total_length, k1, b)
         norms = norm_byte(lengths)
-        segments = [
-            tuple(
-                np.load(self.scratch / f"seg{i}-{part}.npy", mmap_mode="r")
-                for part in ("terms", "starts", "docs", "tfs")
-            )
-            for i in range(len(self.segments))
-        ]
+        bounds = [0]
+        while bounds[-1] < vocab_size:
+            bounds.append(_term_range_end(self.doc_freq, bounds[-1], merge_postings))
+        cuts = self._cuts(np.asarray(bounds, np.int64))
         total = int(self.doc_freq.sum())
         term_blocks = np.zeros(vocab_size + 1, dtype=np.int64)
         block_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         written = blocks = 0
         progress = tqdm(total=total, desc="native: merging", unit="posting", disable=not show_progress)
         with open(directory / "postings.bin", "wb") as postings:
-            t0 = 0
-            while t0 < vocab_size:
-                t1 = _term_range_end(self.doc_freq, t0, merge_postings)
+            for c, (t0, t1) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
                 chunk_indptr = np.zeros(t1 - t0 + 1, dtype=np.int64)
                 np.cumsum(self.doc_freq[t0:t1], out=chunk_indptr[1:])
                 docs, tfs = np.empty(chunk_indptr[-1], np.int32), np.empty(chunk_indptr[-1], np.int32)
                 fill = chunk_indptr[:-1].copy()
-                for first_doc, (terms, starts, seg_docs, seg_tfs) in zip(self.segments, segments, strict=True):
-                    _copy_runs(terms, starts, seg_docs, seg_tfs, first_doc, t0, t1, fill, docs, tfs)
+                for segment, (first_doc, (at, posting_at)) in enumerate(zip(self.segments, cuts, strict=True)):
+                    if at[c] == at[c + 1]:
+                        continue
+                    terms = self._read(segment, "terms", at[c], at[c + 1])
+                    starts = self._read(segment, "starts", at[c], at[c + 1] + 1)
+                    seg_docs = self._read(segment, "docs", posting_at[c], posting_at[c + 1])
+                    seg_tfs = self._read(segment, "tfs", posting_at[c], posting_at[c + 1])
+                    _copy_runs(terms, starts, seg_docs, seg_tfs, first_doc, t0, fill, docs, tfs)
                 nblocks = int(np.sum(-(-self.doc_freq[t0:t1] // BLOCK)))
                 out = np.empty(len(docs) * 6 + nblocks * 3 + 8, dtype=np.uint8)
                 last = np.empty(nblocks, np.int32)
@@ -333,7 +374,6 @@ class _SegmentWriter:
                 written += size
                 blocks += count
                 progress.update(len(docs))
-                t0 = t1
         progress.close()
         term_blocks[vocab_size] = blocks
         block_last, block_offset, block_max = (
@@ -347,6 +387,7 @@ class _SegmentWriter:
         for name, array in zip(_FILES, arrays, strict=True):
             np.save(directory / f"{name}.npy", array)
         (directory / "terms.txt").write_text("\n".join(self.term_ids), encoding="utf-8")
+        write_term_table(directory, self.term_ids)
         meta = {
             "num_docs": len(lengths),
             "postings": total,
@@ -745,17 +786,16 @@ class NativeEngine:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r") for name in _FILES}
             data = np.memmap(directory / "postings.bin", dtype=np.uint8, mode="r")
-            text = (directory / "terms.txt").read_text(encoding="utf-8")
-        except (OSError, ValueError) as exc:
+            terms = TermTable(directory, int(meta["terms"]))
+        except (OSError, ValueError, KeyError) as exc:
             raise ValueError(
                 f"{directory} is not a complete native BM25 index ({exc}); delete it (or pass rebuild=True) and "
                 "build it again"
             ) from None
-        self.vocabulary = text.split("\n") if text else []
         self.num_docs = int(meta["num_docs"])
         self.k1, self.b = float(meta["k1"]), float(meta["b"])
         consistent = (
-            len(self.vocabulary) == meta["terms"] == len(arrays["idf"]) == len(arrays["term_blocks"]) - 1
+            len(terms) == len(arrays["idf"]) == len(arrays["term_blocks"]) - 1
             and len(arrays["norms"]) == self.num_docs
             and int(arrays["block_offset"][-1]) == len(data)
             and int(arrays["term_blocks"][-1]) == len(arrays["block_max"]) == len(arrays["block_offset"]) - 1
@@ -763,7 +803,7 @@ class NativeEngine:
         if not consistent:
             raise ValueError(f"{directory} holds a corrupt native BM25 index (its files disagree in size); rebuild it")
         self.analyzer = EnglishAnalyzer()
-        self._term_ids = {term: i for i, term in enumerate(self.vocabulary)}
+        self.terms = terms
         self._arrays = (
             data,
             arrays["term_blocks"],
@@ -775,29 +815,26 @@ class NativeEngine:
             arrays["norm_cache"],
             # each term's score bound: its highest block maximum (every term has at least one block)
             np.maximum.reduceat(arrays["block_max"], arrays["term_blocks"][:-1])
-            if len(self.vocabulary)
+            if len(terms)
             else np.zeros(0, np.float32),
         )
         self.threads = max(1, int(threads))
         self.scratch = scratch  # the temporary directory of an in-memory build, removed with the engine
         self._pool: ThreadPoolExecutor | None = None
 
-    def _query_terms(self, query: str) -> dict[int, float]:
-        weights: dict[int, float] = {}
-        for term in self.analyzer.analyze(query):
-            tid = self._term_ids.get(term)
-            if tid is not None:
-                weights[tid] = weights.get(tid, 0.0) + 1.0  # Anserini boosts a repeated term by its count
-        return weights
-
     def search(self, queries: Sequence[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-``k`` (positions, scores) per query, best first; only passages sharing a term with the query."""
         k = max(1, min(int(k), self.num_docs))
+        analysed = self.analyzer.analyze_many(queries)
+        ids = iter(self.terms.ids([term for terms in analysed for term in terms]).tolist())  # all looked up at once
         qptr = [0]
         qterms: list[int] = []
         qweights: list[float] = []
-        for query in queries:
-            weights = self._query_terms(query)
+        for terms in analysed:
+            weights: dict[int, float] = {}
+            for tid in itertools.islice(ids, len(terms)):
+                if tid >= 0:
+                    weights[tid] = weights.get(tid, 0.0) + 1.0  # Anserini boosts a repeated term by its count
             qterms.extend(weights)
             qweights.extend(weights.values())
             qptr.append(len(qterms))

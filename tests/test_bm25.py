@@ -272,6 +272,72 @@ def test_parallel_build_equals_serial_build(tmp_path):
     assert all((serial / n).read_bytes() == (parallel / n).read_bytes() for n in ("postings.bin", "terms.txt"))
 
 
+def test_merge_of_single_term_ranges_over_many_segments_equals_one_shot_build(tmp_path, union):
+    """Merge ranges of one term each, read slice by slice from 37 segments whose term ids interleave, change no byte."""
+    texts = [union.search_text(i) for i in range(400)]
+    build_native_index(texts, tmp_path / "one", 0.9, 0.4, segment_docs=len(texts), show_progress=False)
+    build_native_index(texts, tmp_path / "sliced", 0.9, 0.4, segment_docs=11, merge_postings=1, show_progress=False)
+    names = sorted(p.name for p in (tmp_path / "one").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "sliced").iterdir())
+    assert all((tmp_path / "one" / n).read_bytes() == (tmp_path / "sliced" / n).read_bytes() for n in names)
+
+
+class _DictTerms:
+    """The term lookup the engine had before its mapped table: a dictionary of every term (the reference)."""
+
+    def __init__(self, directory: Path):
+        text = (directory / "terms.txt").read_text(encoding="utf-8")
+        self.term_ids = {term: i for i, term in enumerate(text.split("\n") if text else [])}
+
+    def ids(self, terms: list[str]) -> np.ndarray:
+        return np.array([self.term_ids.get(term, -1) for term in terms], dtype=np.int64)
+
+
+def test_mapped_term_table_finds_what_a_dictionary_finds(tmp_path, union, questions):
+    """Every indexed term (non-ASCII ones included) gets its id, absent ones none, and searches are identical."""
+    texts = [union.search_text(i) for i in range(2000)] + [_FRAGMENTS]
+    build_native_index(texts, tmp_path, 0.9, 0.4, show_progress=False)
+    engine = NativeEngine(tmp_path, threads=2)
+    reference = _DictTerms(tmp_path)
+    vocabulary = list(reference.term_ids)
+    assert isinstance(engine.terms.text, np.memmap) and not hasattr(engine, "vocabulary")
+    assert sum(not term.isascii() for term in vocabulary) > 20  # Москва, straße, 東京, …
+    absent = ["", "zzqxv", "\n", "ü", "東京東京東京", *(t + "é" for t in vocabulary[::50])]
+    absent += [t[:-1] for t in vocabulary]  # prefixes: the binary search's nearest misses
+    probes = vocabulary + [t for t in absent if t not in reference.term_ids]
+    assert engine.terms.ids(probes).tolist() == reference.ids(probes).tolist()
+    queries = [*questions, "Москва straße naïve café 東京 zzqxv", "zzqxv qqwwee", "", "ΟΔΟΣ Ελλάδα ½ ① 한국어"]
+    hits = engine.search(queries, 10)
+    engine.terms = reference
+    expected = engine.search(queries, 10)
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(hits, expected, strict=True))
+    assert len(hits[-4][0]) and not len(hits[-3][0]) and not len(hits[-2][0])
+
+
+def test_index_without_the_term_table_gets_it_once(tmp_path, monkeypatch):
+    """An index written before the lookup files existed gets them derived, the same bytes a build writes."""
+    from searchenv.retrievers import term_lookup
+
+    build_native_index([TINY.search_text(i) for i in range(len(TINY))], tmp_path, 0.9, 0.4, show_progress=False)
+    table = {name: (tmp_path / name).read_bytes() for name in ("term_starts.npy", "term_order.npy")}
+    queries = [q for q, _ in TINY_QUERIES]
+    expected = NativeEngine(tmp_path, threads=1).search(queries, 3)
+    for name in table:
+        (tmp_path / name).unlink()
+
+    def read_only(path, array):
+        raise PermissionError(f"read-only: {path}")
+
+    monkeypatch.setattr(term_lookup, "_save", read_only)
+    with pytest.raises(ValueError, match="predates the term lookup files.*rebuild the index"):
+        NativeEngine(tmp_path, threads=1)
+    monkeypatch.undo()
+    hits = NativeEngine(tmp_path, threads=1).search(queries, 3)
+    assert {name: (tmp_path / name).read_bytes() for name in table} == table
+    assert {(tmp_path / name).stat().st_mode for name in table} == {(tmp_path / "idf.npy").stat().st_mode}
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(hits, expected, strict=True))
+
+
 def test_corrupt_index_is_refused(tmp_path):
     directory = tmp_path / "tiny"
     BM25Retriever(TINY, engine="native", index_dir=directory, show_progress=False)
