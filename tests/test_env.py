@@ -183,6 +183,33 @@ def test_make_vec_steps_with_one_batched_search_per_step():
     assert "Question:" in obs[3]
 
 
+@pytest.mark.parametrize("reward", ["em", "format-retrieval"])
+@pytest.mark.parametrize("budget", ["actions", "extra-answer-turn"])
+def test_step_and_step_batch_agree(reward, budget):
+    """``env.step`` skips step_batch's bookkeeping when nothing is searched: a differential test of the two paths."""
+    scripts = [
+        ["<search>a</search> dropped", "no tags", "<answer>Ilsa Brevondt</answer> after"],
+        ["no tags", "<search>b</search>", "<search>c</search>", "<search>d</search>"],
+        ["<answer> wrong </answer>"],
+        ["<search></search>", "<answer></answer>", "x", "y", "z"],
+    ]
+    for index, script in enumerate(scripts):
+        single, batched = (
+            make_env(reward=reward, budget=budget, max_turns=2),
+            make_env(reward=reward, budget=budget, max_turns=2),
+        )
+        single.reset(options={"index": index % len(QUESTIONS)})
+        batched.reset(options={"index": index % len(QUESTIONS)})
+        for action in script:
+            if single.episode.done:
+                break
+            one = single.step(action)
+            (many,) = step_batch([batched], [action])
+            assert one == tuple(many)
+            assert dict(one[4].get("reward_parts", {})) == dict(many.info.get("reward_parts", {}))
+        assert single.episode.turns == batched.episode.turns and single.episode.done
+
+
 def test_check_env_passes():
     check_env(make_env(retriever=RandomRetriever(CORPUS, seed=0)), skip_render_check=True)
 
