@@ -7,6 +7,7 @@ import inspect
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -183,6 +184,8 @@ def test_play_at_a_terminal_shows_status_and_exits_130_on_ctrl_c():
 
     pid, fd = pty.fork()
     if pid == 0:  # the child: `searchenv play` with the pty as its controlling terminal
+        # As at a user's terminal: a runner started in the background (``cmd &``) hands its children SIGINT ignored.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.execv(sys.executable, [sys.executable, "-m", "searchenv.cli", "play", "--seed", "0", "--max-turns", "3"])
     seen = bytearray()
     try:
@@ -194,7 +197,14 @@ def test_play_at_a_terminal_shows_status_and_exits_130_on_ctrl_c():
         os.write(fd, b"\x03")  # Ctrl-C: the terminal sends SIGINT
         _read_until(fd, b"interrupted", seen)
     finally:
-        _, status = os.waitpid(pid, 0)
+        # After a failed check the child may still wait for input: stop it rather than wait for it forever.
+        deadline = time.monotonic() + 30
+        while not (exited := os.waitpid(pid, os.WNOHANG))[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not exited[0]:
+            os.kill(pid, signal.SIGKILL)
+            exited = os.waitpid(pid, 0)
+        status = exited[1]
         os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 130
     assert b"Traceback" not in seen and b"searchenv play: interrupted" in seen
