@@ -98,15 +98,15 @@ class _Measured:
         self._facts, self._golds, self._protocol = rollout.facts, rollout.golden_answers, rollout.protocol
         # Normalised at once, not on first read: nearly every formula scores the answer, and a lazy attribute's
         # first read costs as much as normalising a short answer.
-        self._prediction, self._normalised_golds = normalize_answer(rollout.prediction), normalised_golds(self._golds)
+        self._prediction, self._golds_normalised = normalize_answer(rollout.prediction), normalised_golds(self._golds)
 
     def score(self, metric: str) -> float:
         """One answer metric (``em``, ``f1``, ``cem``): an ``em`` reward never counts F1 tokens."""
-        return NORMALISED_METRICS[metric](self._prediction, self._normalised_golds)
+        return NORMALISED_METRICS[metric](self._prediction, self._golds_normalised)
 
     @computed_once
     def scores(self) -> dict[str, float]:  # em, f1, cem
-        return {name: metric(self._prediction, self._normalised_golds) for name, metric in NORMALISED_METRICS.items()}
+        return {name: metric(self._prediction, self._golds_normalised) for name, metric in NORMALISED_METRICS.items()}
 
     @computed_once
     def format_ok(self) -> bool:

@@ -122,7 +122,7 @@ class Facts:
 
     @property
     def num_searches(self) -> int:
-        return [t.search for t in self._turns].count("executed") if self._credit else 0
+        return len(self._executed)
 
     @computed_once
     def num_failed_searches(self) -> int:
