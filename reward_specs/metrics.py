@@ -26,6 +26,7 @@ __all__ = [
     "exact_match",
     "f1_score",
     "normalised_golds",
+    "normalised_scores",
     "normalize_answer",
 ]
 
@@ -137,10 +138,14 @@ NORMALISED_METRICS: dict[str, Callable[[str, Sequence[str]], float]] = {"em": _e
 for callers that score one prediction several ways and normalise once."""
 
 
+def normalised_scores(pred: str, golds: Sequence[str]) -> dict[str, float]:
+    """``{"em", "f1", "cem"}`` of an already normalised prediction and golds."""
+    return {name: metric(pred, golds) for name, metric in NORMALISED_METRICS.items()}
+
+
 def answer_scores(prediction: str | None, golds: str | Iterable[str]) -> dict[str, float]:
     """``{"em", "f1", "cem"}`` in one pass: the prediction and the golds are normalised once."""
-    pred, normalised = normalize_answer(prediction), normalised_golds(golds)
-    return {name: metric(pred, normalised) for name, metric in NORMALISED_METRICS.items()}
+    return normalised_scores(normalize_answer(prediction), normalised_golds(golds))
 
 
 def exact_match(prediction: str | None, golds: str | Iterable[str]) -> float:

@@ -47,6 +47,7 @@ from searchenv.reward_specs.metrics import (
     exact_match,
     f1_score,
     normalised_golds,
+    normalised_scores,
     normalize_answer,
 )
 from searchenv.reward_specs.text import block_content
@@ -106,7 +107,7 @@ class _Measured:
 
     @computed_once
     def scores(self) -> dict[str, float]:  # em, f1, cem
-        return {name: metric(self._prediction, self._golds_normalised) for name, metric in NORMALISED_METRICS.items()}
+        return normalised_scores(self._prediction, self._golds_normalised)
 
     @computed_once
     def format_ok(self) -> bool:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from searchenv.env import SearchQAEnv
     from searchenv.reward_specs.base import RewardResult
 
-__all__ = ["StepOutcome", "StepPlan", "StepResult", "step_batch", "step_batch_async"]
+__all__ = ["StepOutcome", "StepPlan", "StepResult", "search_and_commit", "step_batch", "step_batch_async"]
 
 
 class StepResult(NamedTuple):
