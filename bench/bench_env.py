@@ -1,11 +1,13 @@
 """Environment overhead per step and vectorised stepping throughput.
 
 1. Overhead: parse + format + reward with retrieval excluded (a retriever that returns ready passages),
-   p50/p99 per action kind; skyrl-gym's ``search`` env answering the same way is measured in the same run.
-   Reward parts and episode metrics are computed when first read, so the answer step is timed both with the
-   ``info`` left unread (a trainer that uses the reward only) and with every part and metric read. A whole
-   one-answer episode is timed too, skyrl-gym's as SkyRL's generator runs one (``skyrl_gym.make`` per trajectory),
-   and the two answer steps once more in alternating blocks (``--rounds``), so load spikes land on both.
+   p50/p99 per action kind. The peer, skyrl-gym's ``search`` env, answers in the same run **on the same inputs**:
+   the 1,000 NQ test questions with each one's gold answers, answered with its first gold; and a one-letter
+   case (question ``q``, gold ``x``, answer ``x``), the cheapest possible answer for both. Reward parts and
+   episode metrics are computed when first read, so the answer step is timed both with the ``info`` left unread
+   (a trainer that uses the reward only) and with every part and metric read. A whole one-answer episode is
+   timed too, skyrl-gym's as SkyRL's generator runs one (``skyrl_gym.make`` per trajectory), and the two answer
+   steps once more in alternating blocks (``--rounds``) per input, so load spikes land on both.
 2. ``make_vec`` with N envs and the bm25 retriever on ../shared/data/corpus/union.jsonl (NQ questions as
    queries): environment steps per second, one batched search per vector step.
 
@@ -20,6 +22,7 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
@@ -28,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 
 import searchenv  # noqa: F401
-from searchenv import Corpus, SearchQAEnv, load_dataset
+from searchenv import Corpus, QAExample, SearchQAEnv, load_dataset
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -46,41 +49,52 @@ class ReadyPassages:
 ANSWER = "<think>I know it.</think>\n<answer> {a} </answer>"
 
 
+def inputs() -> dict[str, list[QAExample]]:
+    """The questions both environments answer, by name: real NQ golds, and the one-letter floor."""
+    return {
+        "NQ": load_dataset(SHARED / "qa" / "nq_test_1000.jsonl"),
+        "one-letter": [QAExample("x", "q", ("x",))],
+    }
+
+
 def percentiles(samples_ns: list[int]) -> tuple[float, float, float]:
     ordered = np.sort(np.asarray(samples_ns)) / 1000.0
     return float(np.percentile(ordered, 50)), float(np.percentile(ordered, 99)), 1e6 / float(np.mean(ordered))
 
 
 def overhead(steps: int, corpus: Corpus) -> list[tuple[str, float, float, float]]:
-    questions = load_dataset(SHARED / "qa" / "nq_test_1000.jsonl")
+    questions = inputs()
     envs = {
-        reward: SearchQAEnv(dataset=questions, retriever=ReadyPassages(corpus), reward=reward)
+        reward: SearchQAEnv(dataset=questions["NQ"], retriever=ReadyPassages(corpus), reward=reward)
         for reward in ("em", "format")
     }
     rows = []
-    answer = ANSWER
     cases = {
         "search (parse + format block)": ("em", "<think>I should look this up.</think>\n<search> {q} </search>", False),
-        "answer, `em` spec (parts not read)": ("em", answer, False),
-        "answer, `em` spec, every part and metric read": ("em", answer, True),
-        "answer, `format` spec (parts not read)": ("format", answer, False),
+        "answer, `em` spec, every part and metric read": ("em", ANSWER, True),
+        "answer, `format` spec (parts not read)": ("format", ANSWER, False),
         "invalid (parse + hint)": ("em", "I am not sure what {q} means", False),
     }
     for name, (reward, template, read_parts) in cases.items():
         rows.append((f"searchenv {name}", *percentiles(_time_steps(envs[reward], template, steps, read_parts))))
     rows.append(("searchenv reset", *percentiles(_time_resets(envs["em"], steps))))
-    rows.append(("searchenv episode: reset + answer step", *percentiles(_time_episodes(envs["em"], answer, steps))))
-    peer = _skyrl_answer(steps)
-    if peer:
-        step, episode = peer
-        rows.append(("skyrl-gym 0.4 search env, `<answer>x</answer>` (one env per episode)", *percentiles(step)))
-        rows.append(("skyrl-gym episode: `skyrl_gym.make` + `init` + answer step", *percentiles(episode)))
+    for label, examples in questions.items():
+        env = SearchQAEnv(dataset=examples, retriever=ReadyPassages(corpus), reward="em")
+        rows.append(
+            (f"{label}: searchenv answer, `em` spec (parts not read)", *percentiles(_time_steps(env, ANSWER, steps)))
+        )
+        peer = _skyrl_answer(examples, steps)
+        if peer:
+            rows.append((f"{label}: skyrl-gym 0.4 search env answer step", *percentiles(peer[0])))
+        rows.append((f"{label}: searchenv episode, reset + answer step", *percentiles(_time_episodes(env, steps))))
+        if peer:
+            rows.append((f"{label}: skyrl-gym episode, `skyrl_gym.make` + `init` + answer step", *percentiles(peer[1])))
     return rows
 
 
-def _time_episodes(env: SearchQAEnv, template: str, steps: int) -> list[int]:
+def _time_episodes(env: SearchQAEnv, steps: int) -> list[int]:
     """A one-action episode whole: what a trainer pays per trajectory that answers at once."""
-    answers = [template.format(a=example.golden_answers[0]) for example in env.examples]
+    answers = [ANSWER.format(a=example.golden_answers[0]) for example in env.examples]
     samples = []
     for i in range(steps):
         start = time.perf_counter_ns()
@@ -98,22 +112,24 @@ def _time_steps(env: SearchQAEnv, template: str, steps: int, read_parts: bool = 
         start = time.perf_counter_ns()
         _, _, _, _, info = env.step(action)
         if read_parts:  # what a logger that keeps every part pays
-            dict(info["reward_parts"]), dict(info["episode"])
+            dict(info["reward_parts"]), dict(info["episode_metrics"])
         samples.append(time.perf_counter_ns() - start)
     return samples
 
 
-def alternating(rounds: int, block: int, corpus: Corpus) -> tuple[list[float], list[float]] | None:
-    """The `em` answer step of searchenv and of skyrl-gym in alternating blocks: the p50 of each block, so a
-    load spike on this shared machine lands on both."""
-    if _skyrl_answer(1) is None:
-        return None
-    env = SearchQAEnv(dataset=SHARED / "qa" / "nq_test_1000.jsonl", retriever=ReadyPassages(corpus), reward="em")
-    ours, peer = [], []
-    for _ in range(rounds):
-        ours.append(percentiles(_time_steps(env, ANSWER, block))[0])
-        peer.append(percentiles(_skyrl_answer(block)[0])[0])  # type: ignore[index]
-    return ours, peer
+def alternating(rounds: int, block: int, corpus: Corpus) -> dict[str, tuple[list[float], list[float]]]:
+    """The `em` answer step of searchenv and of skyrl-gym in alternating blocks, per input: the p50 of each
+    block, so a load spike on this shared machine lands on both."""
+    blocks: dict[str, tuple[list[float], list[float]]] = {}
+    for label, examples in inputs().items():
+        if _skyrl_answer(examples, 1) is None:
+            return {}
+        env = SearchQAEnv(dataset=examples, retriever=ReadyPassages(corpus), reward="em")
+        ours, peer = blocks[label] = ([], [])
+        for _ in range(rounds):
+            ours.append(percentiles(_time_steps(env, ANSWER, block))[0])
+            peer.append(percentiles(_skyrl_answer(examples, block)[0])[0])  # type: ignore[index]
+    return blocks
 
 
 def _time_resets(env: SearchQAEnv, steps: int) -> list[int]:
@@ -125,9 +141,10 @@ def _time_resets(env: SearchQAEnv, steps: int) -> list[int]:
     return samples
 
 
-def _skyrl_answer(steps: int) -> tuple[list[int], list[int]] | None:
+def _skyrl_answer(examples: Sequence[QAExample], steps: int) -> tuple[list[int], list[int]] | None:
     """skyrl-gym's answer step alone, and its one-action episode as SkyRL's generator runs one: a fresh env from
-    ``skyrl_gym.make`` per trajectory, ``init``, then the step."""
+    ``skyrl_gym.make`` per trajectory with the question's gold answers, ``init`` with the question, then the
+    step answering its first gold — the inputs searchenv's rows get."""
     try:
         import skyrl_gym
         from omegaconf import OmegaConf
@@ -136,14 +153,16 @@ def _skyrl_answer(steps: int) -> tuple[list[int], list[int]] | None:
     config = OmegaConf.create(
         {"search_url": "http://127.0.0.1:9/retrieve", "topk": 3, "timeout": 1, "log_requests": False}
     )
-    extras = {"reward_spec": {"ground_truth": {"target": ["x"]}}, "max_turns": 2}
     step_samples, episode_samples = [], []
-    for _ in range(steps):
+    for i in range(steps):
+        example = examples[i % len(examples)]
+        extras = {"reward_spec": {"ground_truth": {"target": list(example.golden_answers)}}, "max_turns": 2}
+        action = ANSWER.format(a=example.golden_answers[0])
         start = time.perf_counter_ns()
         env = skyrl_gym.make("search", env_config=config, extras=extras)
-        env.init([{"role": "user", "content": "q"}])
+        env.init([{"role": "user", "content": example.question}])
         stepped = time.perf_counter_ns()
-        env.step("<think>I know it.</think>\n<answer> x </answer>")
+        env.step(action)
         end = time.perf_counter_ns()
         step_samples.append(end - stepped)
         episode_samples.append(end - start)
@@ -186,12 +205,11 @@ def main() -> None:
     print("| step | p50 µs | p99 µs | steps/s |\n|---|---|---|---|")
     for name, p50, p99, rate in overhead(args.steps, corpus):
         print(f"| {name} | {p50:.1f} | {p99:.1f} | {rate:,.0f} |")
-    blocks = alternating(args.rounds, args.block, corpus) if args.rounds else None
-    if blocks:
-        ours, peer = blocks
+    blocks = alternating(args.rounds, args.block, corpus) if args.rounds else {}
+    for label, (ours, peer) in blocks.items():
         ratios = [a / b for a, b in zip(ours, peer, strict=True)]
         print(
-            f"\nanswer step, `em`, {args.rounds} alternating blocks of {args.block}: median block p50 "
+            f"\n{label}: answer step, `em`, {args.rounds} alternating blocks of {args.block}: median block p50 "
             f"{statistics.median(ours):.1f} µs vs skyrl-gym {statistics.median(peer):.1f} µs, ratio "
             f"{statistics.median(ratios):.2f}× (blocks {min(ratios):.2f}–{max(ratios):.2f}×)"
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, runtime_checkable
 from typing import Protocol as TypingProtocol
 
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from searchenv.episode import Episode
 
 __all__ = ["RewardResult", "RewardSpec", "Rollout"]
+
+
+_NO_EXTRAS: Mapping[str, Any] = MappingProxyType({})  # shared by every rollout without extras: read-only
 
 
 def _golds(golden_answers: str | Iterable[str]) -> tuple[str, ...]:
@@ -47,7 +51,7 @@ class Rollout:
     protocol: Protocol
     facts: Facts
     turns: tuple[Turn, ...] = ()
-    extras: Mapping[str, Any] = field(default_factory=dict)
+    extras: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRAS)
     # Measurements shared by every spec that scores this rollout (see reward_specs.spec._measure).
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -72,7 +76,7 @@ class Rollout:
                 "protocol": protocol,
                 "facts": facts,
                 "turns": turns,
-                "extras": {} if extras is None else extras,
+                "extras": _NO_EXTRAS if extras is None else extras,
                 "memo": {} if memo is None else memo,
             },
         )
@@ -129,9 +133,18 @@ class Rollout:
     @classmethod
     def from_episode(cls, episode: Episode, extras: Mapping[str, Any] | None = None) -> Rollout:
         """The environment path: the episode's own turns."""
-        return cls.from_turns(
-            episode.turns, episode.example.golden_answers, episode.protocol, episode.example.question, extras
-        )
+        return cls.of_episode(episode, tuple(episode.turns), dict(extras) if extras else None)
+
+    @classmethod
+    def of_episode(
+        cls, episode: Episode, turns: tuple[Turn, ...], extras: Mapping[str, Any] | None = None
+    ) -> Rollout:
+        """The environment's own path, at every terminal step: ``turns`` are the episode's, ending with the
+        step being taken. Its example's answers are a tuple of strings and its protocol is resolved already
+        (``QAExample`` and the environment check both), so nothing is converted again."""
+        example = episode.example
+        record = Facts(turns, episode.protocol)
+        return cls(example.question, example.golden_answers, episode.protocol, record, turns, extras)
 
     @classmethod
     def from_segments(

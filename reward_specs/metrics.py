@@ -30,8 +30,6 @@ __all__ = [
     "normalize_answer",
 ]
 
-_ASCII_PUNCTUATION = str.maketrans("", "", string.punctuation)
-_ASCII_PUNCTUATION_TO_SPACE = str.maketrans(string.punctuation, " " * len(string.punctuation))
 _ASCII_PUNCTUATION_BYTES = string.punctuation.encode("ascii")
 _ASCII_PUNCTUATION_BYTES_TO_SPACE = bytes.maketrans(_ASCII_PUNCTUATION_BYTES, b" " * len(_ASCII_PUNCTUATION_BYTES))
 _ASCII_BYTES = bytes(range(128))
@@ -52,8 +50,11 @@ def _strip_punctuation(text: str, replacement: str = "") -> str:
     one of them is a capital). That is several times faster than a per-character regex on Wikipedia
     passages, which nearly always hold some non-ASCII character.
     """
-    if text.isascii():
-        return text.lower().translate(_ASCII_PUNCTUATION_TO_SPACE if replacement else _ASCII_PUNCTUATION)
+    if text.isascii():  # bytes.translate is a table lookup per byte; str.translate looks each character up in a dict
+        raw = text.lower().encode("ascii")
+        if replacement:
+            return raw.translate(_ASCII_PUNCTUATION_BYTES_TO_SPACE).decode("ascii")
+        return raw.translate(None, _ASCII_PUNCTUATION_BYTES).decode("ascii")
     # bytes.lower() touches ASCII letters only; "surrogatepass" keeps lone surrogates (garbled input) intact.
     raw = unicodedata.normalize("NFKC", text).encode("utf-8", "surrogatepass").lower()
     if replacement:

@@ -216,12 +216,14 @@ class SearchQAEnv(gym.Env[str, str]):
     # -- one step in three phases, so that a batch validates everything, then searches once, then commits ------
     def _plan(self, action: str) -> StepPlan:
         """Read one action without changing anything: raises on misuse, before any episode of a batch moves."""
-        episode = self.episode
+        episode = self._episode
+        if episode is None:
+            raise RuntimeError("no episode yet: call reset() first")
         if episode.done:
             raise RuntimeError("the episode has ended; call reset() before step()")
         if not isinstance(action, str):
             raise TypeError(f"an action is the text the model generated (str), got {type(action).__name__}")
-        number = episode.num_actions + 1
+        number = len(episode.turns) + 1
         final = number >= self.action_limit
         parsed = parse_action(action, self.protocol)
         query = None
@@ -232,7 +234,8 @@ class SearchQAEnv(gym.Env[str, str]):
 
     def _outcome(self, plan: StepPlan, passages: list[Passage] | None, error: str | None) -> StepOutcome:
         """What the step does to the episode — its new turn, observation, reward and info — not yet applied."""
-        episode, parsed = self.episode, plan.parsed
+        episode, parsed = self._episode, plan.parsed
+        assert episode is not None  # _plan checked it
         info: dict[str, Any] = {"action": parsed.kind, "query": None, "passage_ids": [], "dropped_text": parsed.dropped}
         if parsed.reason is not None:
             info["invalid_reason"] = parsed.reason
@@ -256,24 +259,25 @@ class SearchQAEnv(gym.Env[str, str]):
             turn = Turn(parsed, self.protocol.format_passages(shown), "executed", found, tuple(p.id for p in shown))
         truncated = plan.final and parsed.kind != "answer"
         if parsed.kind == "answer" or truncated:
-            turns = [*episode.turns, turn]
-            rollout = Rollout.from_turns(turns, episode.example.golden_answers, self.protocol, episode.example.question)
+            rollout = Rollout.of_episode(episode, (*episode.turns, turn))
             return StepOutcome(turn, truncated, self.reward_spec(rollout), rollout.facts, info)
         return StepOutcome(turn, False, None, None, info)
 
     def _commit(self, outcome: StepOutcome) -> StepResult:
         """Apply a step's outcome to the episode and build the Gymnasium step tuple from the episode."""
-        episode = self.episode
+        episode = self._episode
+        assert episode is not None  # _plan checked it
         episode.turns.append(outcome.turn)
         episode.truncated = outcome.truncated
         return self._step_result(outcome.info, outcome.reward, outcome.facts)
 
     def _step_result(self, info: dict[str, Any], reward: RewardResult | None, record: Facts | None) -> StepResult:
         """The step tuple; on the terminal step ``reward`` and ``record`` (the episode's facts) are given."""
-        episode = self.episode
+        episode = self._episode
+        assert episode is not None  # only called for a running episode
         if reward is None or record is None:
             info["num_searches"] = episode.num_searches
-            info["num_actions"] = episode.num_actions
+            info["num_actions"] = len(episode.turns)
             return StepResult(episode.turns[-1].observation, 0.0, False, False, info)
         # Built-in specs hand over fresh lazy parts; any other mapping is copied, so a spec that reuses its
         # mapping cannot rewrite a finished episode.
@@ -284,7 +288,7 @@ class SearchQAEnv(gym.Env[str, str]):
             num_actions=record.num_actions,
             prediction=record.prediction,
             reward_parts=parts,
-            episode=episode.metrics(record),
+            episode_metrics=episode.metrics(record),
         )
         return StepResult("", episode.reward, episode.terminated, episode.truncated, info)
 

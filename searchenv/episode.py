@@ -143,7 +143,7 @@ class Episode:
                 **{f"reward/{k}": float(v) for k, v in parts.items()},
             }
 
-        return LazyDict(_metric_names(tuple(parts)), compute)
+        return LazyDict.of(_metric_names(tuple(parts)), compute)
 
 
 @lru_cache(maxsize=64)

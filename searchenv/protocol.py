@@ -307,26 +307,30 @@ def parse_action(text: str, protocol: Protocol) -> ParsedAction:
         from searchenv.tool_calls import parse_tool_action  # noqa: PLC0415 - tool_calls imports this module
 
         return parse_tool_action(text, protocol)
-    best: tuple[int, ActionKind, int] | None = None  # (close_end, kind, content_start)
-    for kind, (open_tag, close_tag) in (("search", protocol.search_tags), ("answer", protocol.answer_tags)):
-        start = text.find(open_tag)
-        if start < 0:
-            continue
-        content_start = start + len(open_tag)
-        close = text.find(close_tag, content_start)
-        if close < 0:
-            continue
-        close_end = close + len(close_tag)
-        if best is None or close_end < best[0]:
-            best = (close_end, kind, content_start)  # type: ignore[assignment]
-    if best is None:
+    search_open, search_close = protocol.search_tags
+    answer_open, answer_close = protocol.answer_tags
+    # The first opening tag of each kind, then the first closing tag after it; the pair that closes first wins.
+    # Written out for the two kinds: this runs at every step, and a loop over built tuples costs twice as much.
+    search_end = answer_end = len(text) + 1
+    start = text.find(search_open)
+    if start >= 0:
+        close = text.find(search_close, start + len(search_open))
+        if close >= 0:
+            search_start, search_end = start + len(search_open), close + len(search_close)
+    start = text.find(answer_open)
+    if start >= 0:
+        close = text.find(answer_close, start + len(answer_open))
+        if close >= 0:
+            answer_start, answer_end = start + len(answer_open), close + len(answer_close)
+    if answer_end < search_end:
+        content = text[answer_start : answer_end - len(answer_close)].strip()
+        return ParsedAction("answer", content, text[:answer_end], text[answer_end:])
+    if search_end > len(text):
         return ParsedAction("invalid", None, text, "")
-    close_end, kind, content_start = best
-    close_tag = protocol.search_tags[1] if kind == "search" else protocol.answer_tags[1]
-    content = text[content_start : close_end - len(close_tag)].strip()
-    if kind == "search" and not content:
-        kind, content = "invalid", None
-    return ParsedAction(kind, content, text[:close_end], text[close_end:])
+    content = text[search_start : search_end - len(search_close)].strip()
+    if not content:  # <search></search> asks nothing
+        return ParsedAction("invalid", None, text[:search_end], text[search_end:])
+    return ParsedAction("search", content, text[:search_end], text[search_end:])
 
 
 def _register_tool_call_protocols() -> None:

@@ -120,9 +120,10 @@ class Facts:
     def _executed(self) -> list[Turn]:
         return [t for t in self._turns if t.searched] if self._credit else []
 
-    @property
+    @computed_once
     def num_searches(self) -> int:
-        return len(self._executed)
+        # Counted, not len(_executed): every terminal step reports it, and few ever read the executed turns.
+        return [t.search for t in self._turns].count("executed") if self._credit else 0
 
     @computed_once
     def num_failed_searches(self) -> int:

@@ -210,6 +210,23 @@ def test_step_and_step_batch_agree(reward, budget):
         assert single.episode.turns == batched.episode.turns and single.episode.done
 
 
+def test_gymnasium_episode_statistics_wrappers_run_over_terminal_steps():
+    """Gymnasium's RecordEpisodeStatistics asserts that ``info`` has no ``"episode"`` key of its own: the metrics
+    live under ``episode_metrics``, and both wrappers (single and vector) record our episodes."""
+    env = gym.wrappers.RecordEpisodeStatistics(gym.make("SearchQA-v0", dataset=QUESTIONS, retriever=ScriptedRetriever()))
+    env.reset(seed=0)
+    env.step("<search>a</search>")
+    *_, info = env.step("<answer>Ilsa Brevondt</answer>")
+    assert info["episode"]["l"] == 2 and info["episode_metrics"]["num_searches"] == 1.0
+    venv = gym.wrappers.vector.RecordEpisodeStatistics(
+        gym.make_vec("SearchQA-v0", num_envs=2, dataset=QUESTIONS, retriever=ScriptedRetriever())
+    )
+    venv.reset(seed=0)
+    *_, infos = venv.step(["<answer>x</answer>", "no tags"])
+    assert list(infos["_episode"]) == [True, False] and infos["episode"]["l"][0] == 1
+    assert list(infos["_episode_metrics"]) == [True, False] and infos["episode_metrics"]["num_actions"][0] == 1.0
+
+
 def test_check_env_passes():
     check_env(make_env(retriever=RandomRetriever(CORPUS, seed=0)), skip_render_check=True)
 

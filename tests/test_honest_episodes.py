@@ -114,7 +114,7 @@ def test_gold_beyond_the_information_cap_earns_no_retrieval_reward() -> None:
 def test_a_failed_search_is_not_a_search_on_either_path() -> None:
     env = env_for(WORLD_Q, retriever=FailingRetriever(), reward="r1-searcher-stage1")
     _, value, _, _, info = play(env, ["<think>a</think><search>q</search>", "<think>b</think><answer>1</answer>"])
-    assert info["num_searches"] == 0 and info["episode"]["num_failed_searches"] == 1.0
+    assert info["num_searches"] == 0 and info["episode_metrics"]["num_failed_searches"] == 1.0
     for rollout in (text_path(env, trust_transcript=True), spans_path(env)):
         assert rollout.num_searches == 0
         assert load_reward("r1-searcher-stage1")(rollout).reward == value

@@ -25,7 +25,7 @@ def lazy(calls: list[int] | None = None) -> LazyDict:
             calls.append(1)
         return dict(VALUES)
 
-    return LazyDict(tuple(VALUES), compute)
+    return LazyDict.of(tuple(VALUES), compute)
 
 
 def test_size_membership_and_keys_compute_nothing() -> None:
@@ -66,7 +66,7 @@ def test_every_way_of_reading_gives_the_values(read) -> None:
 def test_equality_both_ways_and_mutation_after_fill() -> None:
     assert lazy() == VALUES and VALUES == lazy() and not (lazy() != VALUES)
     assert (
-        lazy() == lazy() and not (lazy() != lazy()) and lazy() != LazyDict(tuple(VALUES), lambda: {**VALUES, "em": 0})
+        lazy() == lazy() and not (lazy() != lazy()) and lazy() != LazyDict.of(tuple(VALUES), lambda: {**VALUES, "em": 0})
     )
     parts = lazy()
     parts["extra"] = 2.0
@@ -75,7 +75,7 @@ def test_equality_both_ways_and_mutation_after_fill() -> None:
 
 
 def test_announced_keys_must_match() -> None:
-    parts = LazyDict(("em", "f1"), lambda: {"em": 1.0})
+    parts = LazyDict.of(("em", "f1"), lambda: {"em": 1.0})
     with pytest.raises(KeyError, match="announced"):
         parts["em"]
 
@@ -88,7 +88,7 @@ def test_gymnasium_vector_info_merges_lazy_parts() -> None:
     _, rewards, terminated, _, infos = venv.step(actions)
     assert terminated.all()
     np.testing.assert_array_equal(infos["reward_parts"]["em"], rewards)
-    assert infos["episode"]["reward/format_ok"].dtype == np.float64
+    assert infos["episode_metrics"]["reward/format_ok"].dtype == np.float64
     venv.close()
 
 
@@ -126,5 +126,5 @@ def test_answer_step_runs_the_format_grammar_only_when_read(monkeypatch) -> None
     expected = dict(spec_module.load_reward("em")(eager).parts)
     assert dict(info["reward_parts"]) == expected
     assert sorted(runs) == ["answer_in_passages", "answer_in_passages", "check_format", "check_format"]
-    assert info["episode"]["reward/format_ok"] == expected["format_ok"]
-    assert env.episode.metrics() == info["episode"]
+    assert info["episode_metrics"]["reward/format_ok"] == expected["format_ok"]
+    assert env.episode.metrics() == info["episode_metrics"]
