@@ -136,9 +136,7 @@ class Rollout:
         return cls.of_episode(episode, tuple(episode.turns), dict(extras) if extras else None)
 
     @classmethod
-    def of_episode(
-        cls, episode: Episode, turns: tuple[Turn, ...], extras: Mapping[str, Any] | None = None
-    ) -> Rollout:
+    def of_episode(cls, episode: Episode, turns: tuple[Turn, ...], extras: Mapping[str, Any] | None = None) -> Rollout:
         """The environment's own path, at every terminal step: ``turns`` are the episode's, ending with the
         step being taken. Its example's answers are a tuple of strings and its protocol is resolved already
         (``QAExample`` and the environment check both), so nothing is converted again."""

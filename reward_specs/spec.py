@@ -99,7 +99,8 @@ class _Measured:
         self._facts, self._golds, self._protocol = rollout.facts, rollout.golden_answers, rollout.protocol
         # Normalised at once, not on first read: nearly every formula scores the answer, and a lazy attribute's
         # first read costs as much as normalising a short answer.
-        self._prediction, self._golds_normalised = normalize_answer(self._facts.prediction), normalised_golds(self._golds)
+        self._prediction = normalize_answer(self._facts.prediction)
+        self._golds_normalised = normalised_golds(self._golds)
 
     def score(self, metric: str) -> float:
         """One answer metric (``em``, ``f1``, ``cem``): an ``em`` reward never counts F1 tokens."""

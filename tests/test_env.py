@@ -213,7 +213,8 @@ def test_step_and_step_batch_agree(reward, budget):
 def test_gymnasium_episode_statistics_wrappers_run_over_terminal_steps():
     """Gymnasium's RecordEpisodeStatistics asserts that ``info`` has no ``"episode"`` key of its own: the metrics
     live under ``episode_metrics``, and both wrappers (single and vector) record our episodes."""
-    env = gym.wrappers.RecordEpisodeStatistics(gym.make("SearchQA-v0", dataset=QUESTIONS, retriever=ScriptedRetriever()))
+    env = gym.make("SearchQA-v0", dataset=QUESTIONS, retriever=ScriptedRetriever())
+    env = gym.wrappers.RecordEpisodeStatistics(env)
     env.reset(seed=0)
     env.step("<search>a</search>")
     *_, info = env.step("<answer>Ilsa Brevondt</answer>")
