@@ -283,13 +283,11 @@ class SearchQAEnv(gym.Env[str, str]):
         # mapping cannot rewrite a finished episode.
         parts = reward.parts if isinstance(reward.parts, LazyDict) else dict(reward.parts)
         episode.reward, episode.reward_parts = float(reward.reward), parts
-        info.update(
-            num_searches=record.num_searches,
-            num_actions=record.num_actions,
-            prediction=record.prediction,
-            reward_parts=parts,
-            episode_metrics=episode.metrics(record),
-        )
+        info["num_searches"] = record.num_searches
+        info["num_actions"] = record.num_actions
+        info["prediction"] = record.prediction
+        info["reward_parts"] = parts
+        info["episode_metrics"] = episode.metrics(record)
         return StepResult("", episode.reward, episode.terminated, episode.truncated, info)
 
     def truncate(self) -> StepResult:

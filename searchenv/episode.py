@@ -143,7 +143,8 @@ class Episode:
                 **{f"reward/{k}": float(v) for k, v in parts.items()},
             }
 
-        return LazyDict.of(_metric_names(tuple(parts)), compute)
+        part_names = getattr(parts, "names", None)  # a LazyDict's announced keys, hashable as they are
+        return LazyDict.of(_metric_names(tuple(parts) if part_names is None else part_names), compute)
 
 
 @lru_cache(maxsize=64)

@@ -52,15 +52,16 @@ class LazyDict(dict):
     Two threads reading for the first time at the same moment may both run ``compute``; it must be pure.
     """
 
-    __slots__ = ("_compute",)
+    __slots__ = ("_compute", "names")
     _compute: Callable[[], Mapping[str, Any]] | None
+    names: tuple[str, ...]  # the keys as announced, in order: a hashable name for the key set
 
     # No Python-level __init__: dict's own builds the placeholders, which costs half as much at every terminal step.
     @classmethod
     def of(cls, keys: tuple[str, ...], compute: Callable[[], Mapping[str, Any]]) -> LazyDict:
         """A dict with ``keys`` now and their values from ``compute()`` at the first read."""
         lazy = cls(_placeholders(keys))
-        lazy._compute = compute
+        lazy._compute, lazy.names = compute, keys
         return lazy
 
     def _fill(self) -> None:

@@ -36,6 +36,12 @@ def test_size_membership_and_keys_compute_nothing() -> None:
     assert not parts.computed and calls == []
 
 
+def test_names_announce_the_keys_and_a_dict_built_lazydict_has_nothing_to_compute() -> None:
+    assert lazy().names == tuple(VALUES)
+    plain = LazyDict(VALUES)  # called like dict: an ordinary dict
+    assert plain.computed and plain == VALUES and plain["em"] == 1.0 and pickle.loads(pickle.dumps(plain)) == VALUES
+
+
 @pytest.mark.parametrize(
     "read",
     [
