@@ -36,6 +36,7 @@ _EXPORTS = {
     "make_retriever": "searchenv.retrievers",
     "load_reward": "searchenv.reward_specs",
     "generate_world": "searchenv.world",
+    "filled": "searchenv.lazy",
 }
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "StepResult",
     "TokenizedEpisode",
     "encode_prompt",
+    "filled",
     "generate_world",
     "load_dataset",
     "load_reward",
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
     from searchenv.data import load_dataset
     from searchenv.env import SearchQAEnv, StepResult, step_batch, step_batch_async
     from searchenv.episode import Episode, Segment
+    from searchenv.lazy import filled
     from searchenv.protocol import PROTOCOLS, Protocol, parse_action
     from searchenv.retrievers import make_retriever
     from searchenv.reward_specs import load_reward

@@ -288,7 +288,9 @@ class SearchQAEnv(gym.Env[str, str]):
         info["prediction"] = record.prediction
         info["reward_parts"] = parts
         info["episode_metrics"] = episode.metrics(record)
-        return StepResult("", episode.reward, episode.terminated, episode.truncated, info)
+        # An ended episode is terminated (an answer) or truncated, never both: ``not truncated`` is
+        # ``episode.terminated`` without reading the turns again.
+        return StepResult("", episode.reward, not episode.truncated, episode.truncated, info)
 
     def truncate(self) -> StepResult:
         """End the running episode as truncated and score it.

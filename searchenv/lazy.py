@@ -6,9 +6,13 @@ passage scan would cost several times the step itself. :class:`LazyDict` keeps t
 ``dict`` (``isinstance`` checks, Gymnasium's vector ``info`` merging, ``json.dumps``, pickling, ``==``) with
 its keys present from the start — and runs the computation once, at the first read of a value.
 
-Its keys are known up front and stored with ``None`` placeholders, so code that only looks at the size (the
-JSON encoder's empty-dict shortcut, ``len``, ``bool``) is right without computing anything. Every Python-level
-way to read a value fills the dict first; pickling and copying give a plain, filled ``dict``.
+Its keys are known up front and stored with :data:`NOT_COMPUTED` placeholders, so code that only looks at the
+size (the JSON encoder's empty-dict shortcut, ``len``, ``bool``) is right without computing anything. Every
+Python-level way to read a value fills the dict first; pickling and copying give a plain, filled ``dict``.
+
+A C extension that reads a dict's storage directly (orjson, pyarrow and so HF ``datasets``) bypasses all of that.
+It meets the placeholder, an object no serialiser knows, and fails naming it — where a ``None`` placeholder
+would have been written down silently as a missing reward. :func:`filled` gives plain dicts for such readers.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Callable, Iterator, KeysView, Mapping
 from functools import lru_cache
 from typing import Any, Generic, TypeVar, overload
 
-__all__ = ["LazyDict", "computed_once"]
+__all__ = ["NOT_COMPUTED", "LazyDict", "computed_once", "filled"]
 
 T = TypeVar("T")
 
@@ -43,6 +47,40 @@ class computed_once(Generic[T]):  # noqa: N801 - used as a decorator, like funct
             return self
         value = instance.__dict__[self.name] = self.function(instance)
         return value
+
+
+class NotComputedLazyValue:
+    """The value a :class:`LazyDict` stores before it is filled; Python code never reads it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return (
+            "<searchenv lazy value, not computed: this reader bypassed the dict's methods; "
+            "pass searchenv.filled(info) (or dict(parts)) to C-level readers such as orjson or pyarrow>"
+        )
+
+    def __reduce__(self) -> str:
+        return "NOT_COMPUTED"  # a singleton, pickled by name
+
+
+NOT_COMPUTED = NotComputedLazyValue()
+
+
+def filled(value: Any) -> Any:
+    """``value`` with every :class:`LazyDict` inside it (dicts, lists, tuples) computed and made a plain ``dict``.
+
+    For readers that bypass Python-level dict methods (orjson, pyarrow, HF ``datasets``); Python code, pickling
+    and Gymnasium need nothing of the kind.
+    """
+    if isinstance(value, dict):
+        return {key: filled(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [filled(item) for item in value]
+    if isinstance(value, tuple):  # a step's 5-tuple (a NamedTuple) keeps its type
+        items = [filled(item) for item in value]
+        return type(value)._make(items) if hasattr(value, "_fields") else tuple(items)
+    return value
 
 
 class LazyDict(dict):
@@ -99,9 +137,9 @@ class LazyDict(dict):
 
 
 @lru_cache(maxsize=256)
-def _placeholders(keys: tuple[str, ...]) -> dict[str, None]:
+def _placeholders(keys: tuple[str, ...]) -> dict[str, NotComputedLazyValue]:
     # Copying a ready dict is cheaper than building one per episode; specs have a handful of key sets.
-    return dict.fromkeys(keys)
+    return dict.fromkeys(keys, NOT_COMPUTED)
 
 
 def _filling(name: str) -> Callable[..., Any]:

@@ -133,3 +133,21 @@ def test_answer_step_runs_the_format_grammar_only_when_read(monkeypatch) -> None
     assert sorted(runs) == ["answer_in_passages", "answer_in_passages", "check_format", "check_format"]
     assert info["episode_metrics"]["reward/format_ok"] == expected["format_ok"]
     assert env.episode.metrics() == info["episode_metrics"]
+
+
+@pytest.mark.parametrize("library", ["pyarrow", "orjson"])
+def test_c_level_readers_fail_loudly_and_filled_gives_them_the_values(library) -> None:
+    """pyarrow and orjson read a dict's storage directly, bypassing the methods that fill it: they must fail
+    naming the placeholder, never record a reward as missing, and ``searchenv.filled`` must hand them the values."""
+    module = pytest.importorskip(library)
+    write = (lambda value: module.array([value]).to_pylist()[0]) if library == "pyarrow" else module.dumps
+    env = SearchQAEnv(retriever="random", reward="format")
+    _, info = env.reset(seed=3)
+    step = env.step(f"<answer>{info['golden_answers'][0]}</answer>")
+    with pytest.raises(Exception, match="NotComputedLazyValue|searchenv.filled"):
+        write(step.info["reward_parts"])
+    plain = searchenv.filled(step)
+    assert type(plain) is type(step) and type(plain.info["reward_parts"]) is dict
+    written = write(plain.info["reward_parts"])
+    assert (json.loads(written) if library == "orjson" else written) == dict(step.info["reward_parts"])
+    assert not any(isinstance(v, LazyDict) for v in plain.info.values())
