@@ -8,8 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from toyworld import CORPUS, QUESTIONS
 
-from searchenv import SearchQAEnv
+from searchenv import PROTOCOLS, SearchQAEnv, parse_action
+from searchenv.protocol import ParsedAction, Protocol
 from searchenv.retrievers.random_retriever import RandomRetriever
+from searchenv.transcript import Facts
 
 TAGS = ["<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>", "<information>", "</information>"]
 fragments = st.one_of(st.text(max_size=40), st.sampled_from(TAGS), st.sampled_from(["\n", " ", "\x00", "\ud7ff", "🙂"]))
@@ -27,6 +29,11 @@ def test_any_text_ends_within_budget_without_errors(turns, index):
         obs, reward, terminated, truncated, info = ENV.step(action)
         steps += 1
         assert isinstance(obs, str) and info["action"] in {"search", "answer", "invalid"}
+        # The step reads its counts and end flags on a fast path; the episode's own properties must agree.
+        record = Facts(ENV.episode.turns, ENV.protocol)
+        assert info["num_searches"] == ENV.episode.num_searches == record.num_searches == len(record._executed)
+        assert info["num_actions"] == ENV.episode.num_actions == record.num_actions
+        assert (terminated, truncated) == (ENV.episode.terminated, ENV.episode.truncated)
         done = terminated or truncated
         if done:
             assert 0.0 <= reward <= 1.0 and "reward_parts" in info
@@ -63,3 +70,32 @@ def test_megabyte_actions_keep_memory_bounded():
         assert peak < 64 * 1024 * 1024, f"peak {peak / 1e6:.1f} MB in round {round_}"
     tracemalloc.stop()
     assert info.get("query_clipped") in (None, True, False)
+
+
+def _first_complete_pair(text: str, protocol: Protocol) -> ParsedAction:
+    """The rule as the docs state it, written the plain way: the reference for parse_action's unrolled scan."""
+    best = None
+    for kind, (open_tag, close_tag) in (("search", protocol.search_tags), ("answer", protocol.answer_tags)):
+        start = text.find(open_tag)
+        close = text.find(close_tag, start + len(open_tag)) if start >= 0 else -1
+        if close >= 0 and (best is None or close + len(close_tag) < best[0]):
+            best = (close + len(close_tag), kind, text[start + len(open_tag) : close].strip())
+    if best is None:
+        return ParsedAction("invalid", None, text, "")
+    end, kind, content = best
+    if kind == "search" and not content:
+        kind, content = "invalid", None
+    return ParsedAction(kind, content, text[:end], text[end:])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from(["search-r1", "r1-searcher"]),
+    st.lists(
+        st.sampled_from(["<search>", "</search>", "<answer>", "</answer>", "<|begin_of_query|>", "<|end_of_query|>"])
+        | st.sampled_from(["x", " ", "", "\n"]),
+        max_size=14,
+    ).map("".join),
+)
+def test_parse_action_agrees_with_the_plain_reading_of_its_rule(protocol, text):
+    assert parse_action(text, PROTOCOLS[protocol]) == _first_complete_pair(text, PROTOCOLS[protocol])
