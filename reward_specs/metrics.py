@@ -44,24 +44,23 @@ def _is_punctuation(char: str) -> bool:
 def _strip_punctuation(text: str, replacement: str = "") -> str:
     """Lower-case and replace punctuation (ASCII, and Unicode category P* after NFKC for non-ASCII text).
 
-    The non-ASCII path works on UTF-8 bytes, where every byte of a multi-byte character is >= 0x80: ASCII
-    letters are lower-cased and ASCII punctuation removed by C-level byte operations, and only the few
-    distinct non-ASCII characters are looked at one by one (the whole string is lower-cased again only when
-    one of them is a capital). That is several times faster than a per-character regex on Wikipedia
+    It works on UTF-8 bytes, where every byte of a multi-byte character is >= 0x80: ASCII letters are
+    lower-cased and ASCII punctuation removed by C-level byte operations (ASCII text is done there), and only
+    the few distinct non-ASCII characters are looked at one by one (the whole string is lower-cased again only
+    when one of them is a capital). That is several times faster than a per-character regex on Wikipedia
     passages, which nearly always hold some non-ASCII character.
     """
-    if text.isascii():  # bytes.translate is a table lookup per byte; str.translate looks each character up in a dict
-        raw = text.lower().encode("ascii")
-        if replacement:
-            return raw.translate(_ASCII_PUNCTUATION_BYTES_TO_SPACE).decode("ascii")
-        return raw.translate(None, _ASCII_PUNCTUATION_BYTES).decode("ascii")
+    ascii_only = text.isascii()
     # bytes.lower() touches ASCII letters only; "surrogatepass" keeps lone surrogates (garbled input) intact.
-    raw = unicodedata.normalize("NFKC", text).encode("utf-8", "surrogatepass").lower()
+    # bytes.translate is a table lookup per byte, where str.translate looks each character up in a dict.
+    raw = (text if ascii_only else unicodedata.normalize("NFKC", text)).encode("utf-8", "surrogatepass").lower()
     if replacement:
         raw = raw.translate(_ASCII_PUNCTUATION_BYTES_TO_SPACE)
     else:
         raw = raw.translate(None, _ASCII_PUNCTUATION_BYTES)
     folded = raw.decode("utf-8", "surrogatepass")
+    if ascii_only:
+        return folded
     others = set(raw.translate(None, _ASCII_BYTES).decode("utf-8", "surrogatepass"))  # distinct non-ASCII chars
     for char in others:
         if _is_punctuation(char):

@@ -120,10 +120,9 @@ class Facts:
     def _executed(self) -> list[Turn]:
         return [t for t in self._turns if t.searched] if self._credit else []
 
-    @computed_once
+    @property
     def num_searches(self) -> int:
-        # Counted, not len(_executed): every terminal step reports it, and few ever read the executed turns.
-        return [t.search for t in self._turns].count("executed") if self._credit else 0
+        return len(self._executed)
 
     @computed_once
     def num_failed_searches(self) -> int:
