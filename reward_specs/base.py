@@ -52,8 +52,6 @@ class Rollout:
     facts: Facts
     turns: tuple[Turn, ...] = ()
     extras: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRAS)
-    # Measurements shared by every spec that scores this rollout (see reward_specs.spec._measure).
-    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __init__(
         self,
@@ -63,7 +61,6 @@ class Rollout:
         facts: Facts,
         turns: tuple[Turn, ...] = (),
         extras: Mapping[str, Any] | None = None,
-        memo: dict[str, Any] | None = None,
     ):
         # The fields in one assignment: the generated frozen ``__init__`` pays an ``object.__setattr__`` per
         # field, and the environment builds a rollout at every terminal step.
@@ -77,7 +74,6 @@ class Rollout:
                 "facts": facts,
                 "turns": turns,
                 "extras": _NO_EXTRAS if extras is None else extras,
-                "memo": {} if memo is None else memo,
             },
         )
 

@@ -86,6 +86,8 @@ def normalize_answer(text: str | None) -> str:
     """
     if not text:
         return ""
+    if text.isascii():  # most answers: _strip_punctuation's ASCII path, written out (every reward runs it)
+        return _drop_articles(text.encode().lower().translate(None, _ASCII_PUNCTUATION_BYTES).decode())
     return _drop_articles(_strip_punctuation(text))
 
 

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from searchenv.lazy import LazyDict, computed_once
+from searchenv.lazy import LazyDict, LazyKeys, computed_once
 from searchenv.reward_specs.base import RewardResult, RewardSpec, Rollout
 from searchenv.reward_specs.metrics import (
     NORMALISED_METRICS,
@@ -83,28 +83,28 @@ _MAX_BASE_DEPTH = 8
 
 # -- measurements every formula starts from --------------------------------------------------------------------
 PART_NAMES: tuple[str, ...] = ("answer_score", "em", "f1", "cem", "format_ok", "retrieval_hit", "num_searches")
+_PART_KEYS = LazyKeys.of(PART_NAMES)
 
 
 class _Measured:
-    """Scores, format verdict and retrieval hit of a rollout: each computed the first time a spec or a reader
-    of the parts needs it, then kept, however many specs score the same rollout.
+    """The answer scores, format verdict and retrieval hit of one rollout for one spec's metric: each computed
+    the first time the formula or a reader of the parts needs it, then kept.
 
-    A spec's reward reads only what its formula uses (``em`` reads the scores, never the format grammar or the
-    passages); the rest of the parts are a :class:`~searchenv.lazy.LazyDict`, computed when read.
+    A spec's reward reads only what its formula uses (``em`` reads its one score, never the format grammar or
+    the passages); the rest of the parts are a :class:`~searchenv.lazy.LazyDict`, computed when read.
     """
 
-    def __init__(self, rollout: Rollout):
-        # The rollout's pieces, not the rollout: the rollout's memo holds this object, and a reference back would
-        # make a cycle that only the garbage collector frees (one per terminal step).
+    def __init__(self, rollout: Rollout, metric: str):
         self._facts, self._golds, self._protocol = rollout.facts, rollout.golden_answers, rollout.protocol
+        self._metric = metric
         # Normalised at once, not on first read: nearly every formula scores the answer, and a lazy attribute's
         # first read costs as much as normalising a short answer.
         self._prediction = normalize_answer(self._facts.prediction)
         self._golds_normalised = normalised_golds(self._golds)
 
-    def score(self, metric: str) -> float:
-        """One answer metric (``em``, ``f1``, ``cem``): an ``em`` reward never counts F1 tokens."""
-        return NORMALISED_METRICS[metric](self._prediction, self._golds_normalised)
+    def score(self) -> float:
+        """The spec's answer metric (``em``, ``f1``, ``cem``) alone: an ``em`` reward never counts F1 tokens."""
+        return NORMALISED_METRICS[self._metric](self._prediction, self._golds_normalised)
 
     @computed_once
     def scores(self) -> dict[str, float]:  # em, f1, cem
@@ -124,29 +124,21 @@ class _Measured:
     def num_searches(self) -> int:
         return self._facts.num_searches
 
-    def parts(self, metric: str, **known: float) -> LazyDict:
+    def parts(self, **known: float) -> LazyDict:
         """The dashboard parts (:data:`PART_NAMES` plus the ``known`` ones a formula computed already), computed
         at the first read."""
+        if not known:  # every formula but R-Search's: a bound method costs less to make than a closure
+            return LazyDict.of(_PART_KEYS, self._part_values)
+        return LazyDict.of(LazyKeys.of((*PART_NAMES, *known)), lambda: {**self._part_values(), **known})
 
-        def compute() -> dict[str, float]:
-            return {
-                "answer_score": self.scores[metric],
-                **self.scores,
-                "format_ok": float(self.format_ok),
-                "retrieval_hit": float(self.retrieval_hit),
-                "num_searches": float(self.num_searches),
-                **known,
-            }
-
-        return LazyDict.of((*PART_NAMES, *known) if known else PART_NAMES, compute)
-
-
-def _measure(rollout: Rollout) -> _Measured:
-    """The rollout's one :class:`_Measured`, shared by every spec that scores it."""
-    measured = rollout.memo.get("measured")
-    if measured is None:
-        measured = rollout.memo["measured"] = _Measured(rollout)
-    return measured
+    def _part_values(self) -> dict[str, float]:
+        return {
+            "answer_score": self.scores[self._metric],
+            **self.scores,
+            "format_ok": float(self.format_ok),
+            "retrieval_hit": float(self.retrieval_hit),
+            "num_searches": float(self.num_searches),
+        }
 
 
 # -- parameter checks ---------------------------------------------------------------------------------------------
@@ -198,8 +190,8 @@ class OutcomeReward(_Formula):
         return (0.0, 1.0)
 
     def __call__(self, rollout: Rollout) -> RewardResult:
-        measured = _measure(rollout)
-        return RewardResult(measured.score(self.metric), measured.parts(self.metric))
+        measured = _Measured(rollout, self.metric)
+        return RewardResult(measured.score(), measured.parts())
 
 
 @dataclass(frozen=True)
@@ -223,15 +215,15 @@ class FormatReward(_Formula):
         return 0.0
 
     def __call__(self, rollout: Rollout) -> RewardResult:
-        measured = _measure(rollout)
-        correct = measured.score(self.metric) == 1.0
+        measured = _Measured(rollout, self.metric)
+        correct = measured.score() == 1.0
         if correct:
             reward = 1.0 if measured.format_ok else 1.0 - self.lambda_f
         elif measured.format_ok:
             reward = self.lambda_f + self._bonus(measured)
         else:
             reward = 0.0
-        return RewardResult(reward, measured.parts(self.metric))
+        return RewardResult(reward, measured.parts())
 
 
 @dataclass(frozen=True)
@@ -274,9 +266,9 @@ class R1SearcherStage1(_Formula):
         return (0.0, self.retrieval_reward + self.format_reward)
 
     def __call__(self, rollout: Rollout) -> RewardResult:
-        measured = _measure(rollout)
+        measured = _Measured(rollout, "f1")
         reward = self.retrieval_reward * (measured.num_searches >= 1) + self.format_reward * measured.format_ok
-        return RewardResult(reward, measured.parts("f1"))
+        return RewardResult(reward, measured.parts())
 
 
 @dataclass(frozen=True)
@@ -296,9 +288,9 @@ class R1SearcherStage2(_Formula):
         return (-self.format_penalty, 1.0)
 
     def __call__(self, rollout: Rollout) -> RewardResult:
-        measured = _measure(rollout)
-        reward = measured.score(self.metric) - (0.0 if measured.format_ok else self.format_penalty)
-        return RewardResult(reward, measured.parts(self.metric))
+        measured = _Measured(rollout, self.metric)
+        reward = measured.score() - (0.0 if measured.format_ok else self.format_penalty)
+        return RewardResult(reward, measured.parts())
 
 
 def _resolve_answerer(value: Any, options: Mapping[str, Any] | None) -> Answerer:
@@ -365,7 +357,7 @@ class RSearchReward(_Formula):
                 f"r_search reward needs a protocol with evidence tags (e.g. 'r-search'); "
                 f"rollout uses {rollout.protocol.name!r}"
             )
-        measured = _measure(rollout)
+        measured = _Measured(rollout, self.metric)
         evidence = block_content(rollout.model_text, tags)
         if "evidence_answer" in rollout.extras:
             evidence_answer = rollout.extras["evidence_answer"]
@@ -376,10 +368,9 @@ class RSearchReward(_Formula):
         evidence_score = f1_score(evidence_answer, rollout.golden_answers)
         evidence_ok = rollout.num_searches == 0 or single_block(rollout.model_text, tags, rollout.protocol).ok
         answer_ok = single_block(rollout.model_text, rollout.protocol.answer_tags, rollout.protocol).ok
-        answer_score = measured.score(self.metric)
+        answer_score = measured.score()
         reward = answer_score + evidence_score + self.gamma_e * evidence_ok + self.gamma_a * answer_ok
         parts = measured.parts(
-            self.metric,
             evidence_score=evidence_score,
             evidence_format_ok=float(evidence_ok),
             answer_format_ok=float(answer_ok),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from searchenv.lazy import LazyDict
+from searchenv.lazy import LazyDict, LazyKeys
 from searchenv.protocol import Protocol
 from searchenv.transcript import Facts, Turn, facts, segments_of
 from searchenv.types import Passage, QAExample
@@ -143,11 +143,11 @@ class Episode:
                 **{f"reward/{k}": float(v) for k, v in parts.items()},
             }
 
-        part_names = getattr(parts, "names", None)  # a LazyDict's announced keys, hashable as they are
-        return LazyDict.of(_metric_names(tuple(parts) if part_names is None else part_names), compute)
+        part_keys = getattr(parts, "key_set", None) or LazyKeys.of(tuple(parts))  # a LazyDict announces its keys
+        return LazyDict.of(_metric_keys(part_keys), compute)
 
 
 @lru_cache(maxsize=64)
-def _metric_names(part_names: tuple[str, ...]) -> tuple[str, ...]:
-    # One tuple per reward spec's part names, built once: the terminal step of every episode needs it.
-    return (*_METRIC_NAMES, *(f"reward/{k}" for k in part_names))
+def _metric_keys(part_keys: LazyKeys) -> LazyKeys:
+    # One key set per reward spec's parts, built once and found by identity: every terminal step needs it.
+    return LazyKeys.of((*_METRIC_NAMES, *(f"reward/{k}" for k in part_keys.names)))

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, KeysView, Mapping
 from functools import lru_cache
 from typing import Any, Generic, TypeVar, overload
 
-__all__ = ["NOT_COMPUTED", "LazyDict", "computed_once", "filled"]
+__all__ = ["NOT_COMPUTED", "LazyDict", "LazyKeys", "computed_once", "filled"]
 
 T = TypeVar("T")
 
@@ -83,6 +83,29 @@ def filled(value: Any) -> Any:
     return value
 
 
+class LazyKeys:
+    """The key set of many :class:`LazyDict` values — a reward spec's parts, an episode's metrics — prepared once.
+
+    Made by :meth:`of`, one object per distinct tuple of names, so that the dicts built at every terminal step
+    copy a ready placeholder dict and derived key sets are found by identity, without hashing the names again.
+    """
+
+    __slots__ = ("names", "placeholders")
+
+    def __init__(self, names: tuple[str, ...]):
+        self.names = names  # in order
+        self.placeholders = dict.fromkeys(names, NOT_COMPUTED)
+
+    @staticmethod
+    @lru_cache(maxsize=256)
+    def of(names: tuple[str, ...]) -> LazyKeys:
+        """The one key set of ``names`` (cached: specs and metrics have a handful of key sets)."""
+        return LazyKeys(names)
+
+    def __repr__(self) -> str:
+        return f"LazyKeys{self.names!r}"
+
+
 class LazyDict(dict):
     """``dict(keys → compute()[key])``, with ``compute`` run at the first read of a value: build one with
     :meth:`of`. Called like ``dict`` (``LazyDict(mapping)``), it is an ordinary dict with nothing to compute.
@@ -90,17 +113,23 @@ class LazyDict(dict):
     Two threads reading for the first time at the same moment may both run ``compute``; it must be pure.
     """
 
-    __slots__ = ("_compute", "names")
+    __slots__ = ("_compute", "key_set")
     _compute: Callable[[], Mapping[str, Any]] | None
-    names: tuple[str, ...]  # the keys as announced, in order: a hashable name for the key set
+    key_set: LazyKeys  # the keys as announced (set by :meth:`of`)
 
     # No Python-level __init__: dict's own builds the placeholders, which costs half as much at every terminal step.
     @classmethod
-    def of(cls, keys: tuple[str, ...], compute: Callable[[], Mapping[str, Any]]) -> LazyDict:
+    def of(cls, keys: LazyKeys | tuple[str, ...], compute: Callable[[], Mapping[str, Any]]) -> LazyDict:
         """A dict with ``keys`` now and their values from ``compute()`` at the first read."""
-        lazy = cls(_placeholders(keys))
-        lazy._compute, lazy.names = compute, keys
+        key_set = keys if type(keys) is LazyKeys else LazyKeys.of(keys)
+        lazy = cls(key_set.placeholders)
+        lazy._compute, lazy.key_set = compute, key_set
         return lazy
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The keys as announced, in order."""
+        return self.key_set.names
 
     def _fill(self) -> None:
         compute = getattr(self, "_compute", None)
@@ -134,12 +163,6 @@ class LazyDict(dict):
     def __reduce__(self) -> tuple[type, tuple[dict]]:
         self._fill()
         return (dict, (dict.copy(self),))
-
-
-@lru_cache(maxsize=256)
-def _placeholders(keys: tuple[str, ...]) -> dict[str, NotComputedLazyValue]:
-    # Copying a ready dict is cheaper than building one per episode; specs have a handful of key sets.
-    return dict.fromkeys(keys, NOT_COMPUTED)
 
 
 def _filling(name: str) -> Callable[..., Any]:

@@ -23,7 +23,8 @@ Every reader here is linear in the length of the text (adversarial responses of 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Literal, NamedTuple
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 from searchenv.lazy import computed_once
 from searchenv.protocol import ParsedAction, Protocol, parse_action
@@ -43,8 +44,14 @@ Author = Literal["model", "env"]
 SearchStatus = Literal["executed", "failed", "skipped"]
 
 
-class Turn(NamedTuple):
-    """One action and the environment's answer to it (an immutable record, one per action).
+@dataclass(slots=True)
+class Turn:
+    """One action and the environment's answer to it: a record, one per action, never changed once appended.
+
+    Read-only by convention rather than ``frozen``: a frozen dataclass pays an ``object.__setattr__`` call per
+    field (three times the cost to build), and a ``NamedTuple``'s fields are read through a descriptor that
+    Python 3.11 does not specialise; a slotted dataclass is the cheapest record to build and to read, and the
+    environment builds one (with its :class:`~searchenv.protocol.ParsedAction`) at every step.
 
     Attributes:
         action: what the parser accepted (``kind``, ``content``, the ``kept`` text, the ``dropped`` rest).
@@ -72,9 +79,10 @@ class Turn(NamedTuple):
 class Facts:
     """The facts every reward, metric and ``info`` field reads, derived from the turns and nothing else.
 
-    Each fact is computed the first time it is read (a terminal step that only needs the prediction does not
-    join the transcript or scan the information blocks) and then kept. The turns are copied, so an episode that
-    goes on does not change facts taken earlier.
+    The prediction and the action and search counts, which every terminal step reports, are read when the facts
+    are made; the rest is computed the first time it is read (a terminal step that only needs the prediction
+    does not join the transcript or scan the information blocks) and then kept. The turns are copied, so an
+    episode that goes on does not change facts taken earlier.
 
     Attributes:
         prediction: the content of the accepted answer, when the final action was one; ``None`` otherwise.
@@ -98,31 +106,20 @@ class Facts:
     )
 
     def __init__(self, turns: Sequence[Turn], protocol: Protocol, *, credit_searches: bool = True):
-        self._turns = tuple(turns)
+        self._turns = turns = tuple(turns)
         self._protocol = protocol
         self._credit = credit_searches
+        # The facts every terminal step reads (the reward, info, the metrics): cheaper set once than looked up.
+        final = turns[-1].action if turns else None
+        self.prediction: str | None = final.content if final is not None and final.kind == "answer" else None
+        self.num_actions = len(turns)
+        self._executed = [t for t in turns if t.searched] if credit_searches else []
+        self.num_searches = len(self._executed)
 
     @property
     def turns(self) -> tuple[Turn, ...]:
         """The turns these facts were read from."""
         return self._turns
-
-    @property
-    def prediction(self) -> str | None:
-        final = self._turns[-1].action if self._turns else None
-        return final.content if final is not None and final.kind == "answer" else None
-
-    @property
-    def num_actions(self) -> int:
-        return len(self._turns)
-
-    @computed_once
-    def _executed(self) -> list[Turn]:
-        return [t for t in self._turns if t.searched] if self._credit else []
-
-    @property
-    def num_searches(self) -> int:
-        return len(self._executed)
 
     @computed_once
     def num_failed_searches(self) -> int:

@@ -12,7 +12,7 @@ import pytest
 
 import searchenv  # noqa: F401 - registers SearchQA-v0
 from searchenv import SearchQAEnv
-from searchenv.lazy import LazyDict, computed_once
+from searchenv.lazy import LazyDict, LazyKeys, computed_once
 from searchenv.reward_specs import spec as spec_module
 from searchenv.reward_specs.base import Rollout
 
@@ -38,6 +38,8 @@ def test_size_membership_and_keys_compute_nothing() -> None:
 
 def test_names_announce_the_keys_and_a_dict_built_lazydict_has_nothing_to_compute() -> None:
     assert lazy().names == tuple(VALUES)
+    assert lazy().key_set is lazy().key_set is LazyKeys.of(tuple(VALUES))  # one key set per names tuple
+    assert LazyKeys.of(("em",)) is not LazyKeys.of(("f1",))
     plain = LazyDict(VALUES)  # called like dict: an ordinary dict
     assert plain.computed and plain == VALUES and plain["em"] == 1.0 and pickle.loads(pickle.dumps(plain)) == VALUES
 
@@ -151,3 +153,20 @@ def test_c_level_readers_fail_loudly_and_filled_gives_them_the_values(library) -
     written = write(plain.info["reward_parts"])
     assert (json.loads(written) if library == "orjson" else written) == dict(step.info["reward_parts"])
     assert not any(isinstance(v, LazyDict) for v in plain.info.values())
+
+
+@pytest.mark.parametrize("make_parts", [dict, LazyDict, lambda v: LazyDict.of(tuple(v), lambda: v)])
+def test_episode_metrics_name_the_parts_of_any_mapping_a_spec_returns(make_parts) -> None:
+    # A custom spec may return a plain dict, a dict-built LazyDict (no announced keys) or a lazy one.
+    class Custom:
+        name = "custom"
+
+        def __call__(self, rollout: Rollout):
+            return spec_module.RewardResult(0.5, make_parts({"mine": 0.5, "other": 1.0}))
+
+    env = SearchQAEnv(reward=Custom())
+    env.reset(seed=0)
+    *_, info = env.step("<answer> x </answer>")
+    metrics = info["episode_metrics"]
+    assert list(metrics)[-2:] == ["reward/mine", "reward/other"]
+    assert metrics["reward/mine"] == 0.5 and metrics["reward"] == 0.5 and metrics["num_actions"] == 1.0

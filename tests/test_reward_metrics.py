@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from searchenv.reward_specs.metrics import (
+    _drop_articles,
+    _strip_punctuation,
     answer_in_passages,
     cover_exact_match,
     exact_match,
@@ -39,6 +41,13 @@ from searchenv.reward_specs.metrics import (
 )
 def test_normalize_answer(raw: str | None, expected: str) -> None:
     assert normalize_answer(raw) == expected
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127)) | st.text(alphabet=" .,-'\"theTHEaAnN!?x1"))
+def test_normalize_answers_ascii_path_agrees_with_the_general_one(text: str) -> None:
+    # normalize_answer writes _strip_punctuation's ASCII branch out (every reward runs it): the two must agree.
+    assert normalize_answer(text) == _drop_articles(_strip_punctuation(text))
 
 
 def test_normalize_composed_and_decomposed_accents_agree() -> None:
