@@ -11,10 +11,14 @@ k=3, threads=2)`` and ``LuceneSearcher.search(q, k=3)`` — over an index built 
 process of its own (so its peak RSS is its own) and reports: build time, index size on disk, reload time, peak
 RSS, batched QPS (one call with all queries), single-query QPS (one call per query) and tie-tolerant top-3
 agreement with Lucene (:func:`searchenv.retrievers.bm25.tie_tolerant_agreement`; Lucene's top-1000 is the
-reference). Every engine is warmed by ``--warm`` full passes over the query set (the JVM's JIT needs them;
-numba compiles on the first) and then timed over ``--repeats`` full passes; the table gives the median and
-the range. Slow engines are timed on a prefix of the queries sized to fit ``--budget`` and the table says so;
-rank-bm25 is built on a 20,000-passage subsample above that size and its QPS scaled by subsample/N.
+reference). The QPS columns do the same work for every row: pyserini returns docids, our engines positions
+(``BM25Retriever``'s engine call); the last column adds what ``BM25Retriever.search`` also does, reading each
+hit's text from the corpus and building its ``Passage``. Every engine is warmed by full passes over the query
+set until a pass stops getting faster (at least ``--warm``; ``bench/warmup.py``: the JVM's JIT keeps compiling
+for tens of passes on a small corpus, numba compiles on the first) and then timed over ``--repeats`` full
+passes; the table gives the median and the range. Slow engines are timed on a prefix of the queries sized to
+fit ``--budget`` and the table says so; rank-bm25 is built on a 20,000-passage subsample above that size and its
+QPS scaled by subsample/N.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+from warmup import warm_until_steady  # noqa: E402 - bench/warmup.py, beside this script
 
 DATA = Path(os.environ.get("SEARCHENV_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 SCALES = {"union": None, "200k": 200_000, "1m": 1_000_000}
@@ -58,8 +64,9 @@ def _peak_rss_mb() -> float:
 
 
 def _timed(search, queries: list[str], budget_s: float, warm: int, repeats: int):
-    """Warm ``search`` by ``warm`` full passes, then time ``repeats`` passes over the largest prefix of ``queries``
-    a budget allows; return (count, [seconds per pass], results of the last pass)."""
+    """Warm ``search`` by full passes until it stops getting faster (at least ``warm``; see bench/warmup.py), then
+    time ``repeats`` passes over the largest prefix of ``queries`` a budget allows; return (count, warm-up passes,
+    [seconds per pass], results of the last pass)."""
     probe = queries[: min(20, len(queries))]
     search(probe)  # compiles (numba) or loads classes (the JVM) before anything is timed
     start = time.perf_counter()
@@ -67,14 +74,13 @@ def _timed(search, queries: list[str], budget_s: float, warm: int, repeats: int)
     per_query = (time.perf_counter() - start) / len(probe)
     count = len(queries) if per_query * len(queries) <= budget_s else max(len(probe), int(budget_s / per_query))
     timed = queries[:count]
-    for _ in range(warm if count == len(queries) else 0):
-        search(timed)
+    passes = warm_until_steady(lambda: search(timed), min_passes=warm) if count == len(queries) else 0
     seconds = []
     for _ in range(repeats if count == len(queries) else 1):
         start = time.perf_counter()
         results = search(timed)
         seconds.append(time.perf_counter() - start)
-    return count, seconds, results
+    return count, passes, seconds, results
 
 
 class _Pyserini:
@@ -132,14 +138,18 @@ def child(args: argparse.Namespace) -> None:
         peer = _Pyserini(index_dir / "lucene", args.threads)
         batch_search = lambda qs: [[d for d, _ in hits] for hits in peer.batch(qs, DEPTH)]  # noqa: E731
         single_search = lambda qs: [peer.single(q, DEPTH) for q in qs]  # noqa: E731
-    else:
+    else:  # positions straight from the engine: the same work as pyserini's docids
         retriever = BM25Retriever(corpus, **options)
-        position = {pid: i for i, pid in enumerate(corpus.ids)}
-        batch_search = lambda qs: [[position[p.id] for p in hits] for hits in retriever.search(qs, DEPTH)]  # noqa: E731
-        single_search = lambda qs: [retriever.search([q], DEPTH) for q in qs]  # noqa: E731
+        engine_search = retriever._engine.search
+        batch_search = lambda qs: [positions.tolist() for positions, _ in engine_search(qs, DEPTH)]  # noqa: E731
+        single_search = lambda qs: [engine_search([q], DEPTH) for q in qs]  # noqa: E731
     load_s = time.perf_counter() - start
-    n_batch, batch_s, top = _timed(batch_search, queries, args.budget, args.warm, args.repeats)
-    n_single, single_s, _ = _timed(single_search, queries, args.budget / 2, args.warm, args.repeats)
+    n_batch, warm_batch, batch_s, top = _timed(batch_search, queries, args.budget, args.warm, args.repeats)
+    n_single, warm_single, single_s, _ = _timed(single_search, queries, args.budget / 2, args.warm, args.repeats)
+    passages_qps = None
+    if args.engine != "pyserini" and n_batch == len(queries):  # the public API: Passages, texts read from the corpus
+        _, _, passages_s, _ = _timed(lambda qs: retriever.search(qs, DEPTH), queries, args.budget, 1, args.repeats)
+        passages_qps = sorted(n_batch / s for s in passages_s)
     scale = len(corpus) / full_size
     record = {
         "engine": args.engine,
@@ -154,12 +164,14 @@ def child(args: argparse.Namespace) -> None:
         "batch_qps": sorted(n_batch / s * scale for s in batch_s),
         "single_queries": n_single,
         "single_qps": sorted(n_single / s * scale for s in single_s),
+        "warm_passes": [warm_batch, warm_single],
+        "passages_qps": passages_qps,
         "top": top,
     }
     if args.engine == "lucene":
-        deep = retriever.search(queries, 1000)
-        record["deep_ids"] = [[position[p.id] for p in hits] for hits in deep]
-        record["deep_scores"] = [[p.score for p in hits] for hits in deep]
+        deep = engine_search(queries, 1000)
+        record["deep_ids"] = [positions.tolist() for positions, _ in deep]
+        record["deep_scores"] = [scores.tolist() for _, scores in deep]
     shutil.rmtree(index_dir, ignore_errors=True)
     print(json.dumps(record))
 
@@ -186,7 +198,9 @@ def main() -> None:
     parser.add_argument("--scale", choices=sorted(SCALES), default="union")
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated; lucene and pyserini always run")
     parser.add_argument("--threads", type=int, default=2, help="search and build threads (pyserini's threads=)")
-    parser.add_argument("--warm", type=int, default=3, help="full warm-up passes over the queries before timing")
+    parser.add_argument(
+        "--warm", type=int, default=3, help="at least this many warm-up passes; more until a pass stops getting faster"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed full passes (median and range reported)")
     parser.add_argument("--budget", type=float, default=30.0, help="seconds allowed per timed search loop")
     parser.add_argument("--json", type=Path, help="also write all figures here")
@@ -247,10 +261,11 @@ def main() -> None:
         f"\n{args.scale}: {described}; top-{DEPTH}, threads={args.threads}, warm={args.warm}, repeats={args.repeats}\n"
     )
     print(
-        "| engine | build s | index MB | reload s | peak RSS MB (corpus alone) | batched QPS median (range) | "
-        "× pyserini | single QPS median | × pyserini | top-3 agreement |"
+        "| engine | build s | index MB | reload s | peak RSS MB (corpus alone) | warm-up passes (batched, single) | "
+        "batched QPS median (range) | × pyserini | single QPS median | × pyserini | top-3 agreement | "
+        "batched QPS with passage texts |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def median(values: list[float]) -> float:
         return values[len(values) // 2]
@@ -260,14 +275,16 @@ def main() -> None:
         queries = "" if r["batch_queries"] == NUM_QUERIES else f", {r['batch_queries']} q"
         agreement = "n/a" if r["agreement"] is None else f"{r['agreement']:.3f}"
         spread = f"{r['batch_qps'][0]:,.0f}–{r['batch_qps'][-1]:,.0f}" if len(r["batch_qps"]) > 1 else "1 pass"
+        passages = "—" if r["passages_qps"] is None else f"{median(r['passages_qps']):,.1f}"
         print(
             f"| {engine}{note} | {r['build_s']:.1f} | {r['index_mb']:.0f} | {r['load_s']:.2f} | "
-            f"{r['peak_rss_mb']:.0f} ({r['rss_corpus_mb']:.0f}) | {median(r['batch_qps']):,.1f} ({spread}{queries}) | "
+            f"{r['peak_rss_mb']:.0f} ({r['rss_corpus_mb']:.0f}) | {r['warm_passes'][0]}, {r['warm_passes'][1]} | "
+            f"{median(r['batch_qps']):,.1f} ({spread}{queries}) | "
             f"{median(r['batch_qps']) / median(peer['batch_qps']):.2f} | {median(r['single_qps']):,.1f} | "
-            f"{median(r['single_qps']) / median(peer['single_qps']):.2f} | {agreement} |"
+            f"{median(r['single_qps']) / median(peer['single_qps']):.2f} | {agreement} | {passages} |"
         )
     for engine, reason in failed.items():
-        print(f"| {engine} | failed: {reason} |||||||||")
+        print(f"| {engine} | failed: {reason} |||||||||||")
     if args.json:
         slim = {
             e: {k: v for k, v in r.items() if k not in ("top", "deep_ids", "deep_scores")} for e, r in records.items()

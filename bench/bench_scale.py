@@ -11,8 +11,8 @@ Every phase runs in its own child process, so each peak RSS is that phase's alon
   :func:`searchenv.retrievers.lucene.start_jvm` (same jar, no extra options) and the module then runs as
   ``__main__``. Anserini indexes one input file per thread, so the corpus is split into line-aligned shards.
 * ``lucene-search``: pyserini's ``LuceneSearcher`` (BM25 k1=0.9, b=0.4, its defaults): ``batch_search`` with N
-  threads and single ``search`` calls, top-3, the JIT warmed by full passes over the questions first; then a
-  top-100 pass kept for the agreement check.
+  threads and single ``search`` calls, top-3, the JIT warmed by full passes over the questions until a pass stops
+  getting faster (``bench/warmup.py``); then a top-100 pass kept for the agreement check.
 * ``native-build`` / ``native-search``: ``BM25Retriever(engine="native")`` over the same corpus opened as a
   :class:`~searchenv.corpus_store.DiskCorpus`, searched the same way; agreement with Lucene is tie-tolerant.
 
@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+from warmup import warm_until_steady  # noqa: E402 - bench/warmup.py, beside this script
 
 PHASES = ("corpus", "lucene-build", "lucene-search", "native-build", "native-search")
 PASSES = 3  # timed passes; the best is reported (the machine is shared)
@@ -160,11 +162,9 @@ def lucene_search(args: argparse.Namespace) -> dict:
     def batched(k: int = 3):
         return searcher.batch_search(questions, qids, k=k, threads=args.threads)
 
-    for _ in range(args.warm):
-        batched()
+    warm = {"warm_passes": [warm_until_steady(batched, min_passes=args.warm)]}
     batch_s = _time_passes(batched)
-    for q in questions:
-        searcher.search(q, k=3)
+    warm["warm_passes"].append(warm_until_steady(lambda: [searcher.search(q, k=3) for q in questions], min_passes=1))
     single_s = _time_passes(lambda: [searcher.search(q, k=3) for q in questions], passes=1)
     deep = batched(k=100)
     ranking = {qid: [[int(h.docid) for h in deep[qid]], [float(h.score) for h in deep[qid]]] for qid in qids}
@@ -172,6 +172,7 @@ def lucene_search(args: argparse.Namespace) -> dict:
     return {
         "batch_qps": len(questions) / batch_s,
         "single_qps": len(questions) / single_s,
+        **warm,
         "open_rss_mb": opened / 1024,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
@@ -254,9 +255,9 @@ def native_search(args: argparse.Namespace) -> dict:
     opened_split = {f"open_{key}": value for key, value in _rss_split().items()}  # the term table is mapped too
     engine = retriever._engine  # positions straight from the engine, as the Lucene figures are docids
     questions = _questions(args.world, args.questions)
-    for _ in range(args.warm):
-        engine.search(questions, 3)
+    warm = {"warm_passes": [warm_until_steady(lambda: engine.search(questions, 3), min_passes=args.warm)]}
     batch_s = _time_passes(lambda: engine.search(questions, 3))
+    warm["warm_passes"].append(warm_until_steady(lambda: [engine.search([q], 3) for q in questions], min_passes=1))
     single_s = _time_passes(lambda: [engine.search([q], 3) for q in questions], passes=1)
     # The public API too: Passages with their texts read from the disk corpus.
     retriever_batch_s = _time_passes(lambda: retriever.search(questions, 3))
@@ -269,6 +270,7 @@ def native_search(args: argparse.Namespace) -> dict:
         "single_qps": len(questions) / single_s,
         "retriever_batch_qps": len(questions) / retriever_batch_s,
         "top3_agreement": tie_tolerant_agreement(mine, ids, scores, depth=3),
+        **warm,
         "open_rss_mb": opened / 1024,
         **opened_split,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -287,7 +289,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--shards", type=int, default=8, help="collection files for Anserini")
     parser.add_argument("--questions", type=int, default=1000)
-    parser.add_argument("--warm", type=int, default=3, help="full untimed passes before timing")
+    parser.add_argument(
+        "--warm", type=int, default=3, help="at least this many untimed passes; more until a pass stops getting faster"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
