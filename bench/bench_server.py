@@ -42,6 +42,7 @@ from searchenv.types import Corpus
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the loopback-server helpers the tests use
 from servers import free_port, spawn_server  # noqa: E402
+from warmup import warm_until_steady  # noqa: E402 - bench/warmup.py, beside this script
 
 DATA = Path(os.environ.get("SEARCHENV_SHARED_DATA", REPO.parent / "shared" / "data"))
 
@@ -276,10 +277,13 @@ def compare_with_search_r1(args: argparse.Namespace, questions: list[str]) -> No
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
     rows: list[dict[str, Any]] = []
     try:
-        for name, url in servers.items():  # warm both as their users would: full passes (JVM JIT, numba, caches)
-            for _ in range(2):
-                for batch in tqdm(batches_of(questions, 64), desc=f"warming {name}", leave=False):
+        for name, url in servers.items():  # warm both as their users would: full passes until steady (JVM JIT)
+
+            def one_pass(url: str = url) -> None:
+                for batch in batches_of(questions, 64):
                     httpx.post(f"{url}/retrieve", json={"queries": batch, "topk": args.k, "return_scores": True})
+
+            print(f"{name} warmed by {warm_until_steady(one_pass, min_passes=2)} full passes", flush=True)
         pids = {"searchenv": ours.pid, "Search-R1": peer.pid}
 
         def measured(name: str, load: str, run: Callable[[], dict[str, Any]]) -> None:
