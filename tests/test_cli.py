@@ -165,9 +165,10 @@ def test_play_says_when_the_budget_ran_out():
     assert "episode over: the action budget ran out (2 actions) before an answer." in out.stdout
 
 
-def _read_until(fd: int, needle: bytes, seen: bytearray, timeout: float = 120.0) -> None:
+def _read_until(fd: int, needle: bytes, seen: bytearray, timeout: float = 120.0, after: int = 0) -> None:
+    """Read the terminal until ``needle`` appears at or after position ``after`` of what was seen."""
     deadline = time.monotonic() + timeout
-    while needle not in seen:
+    while seen.find(needle, after) < 0:
         ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
         if not ready:
             raise AssertionError(f"{needle!r} not seen; got {bytes(seen)[-2000:]!r}")
@@ -192,8 +193,9 @@ def test_play_at_a_terminal_shows_status_and_exits_130_on_ctrl_c():
         _read_until(fd, b"action> ", seen)
         assert b"[In what year was Brosara founded? | action 1 of 3 | searches so far: 0]" in seen
         os.write(fd, b"<search> Brosara founded </search>\r")
-        _read_until(fd, b"action 2 of 3 | searches so far: 1]", seen)
-        _read_until(fd, b"action> ", seen)
+        status_line = b"action 2 of 3 | searches so far: 1]"
+        _read_until(fd, status_line, seen)
+        _read_until(fd, b"action> ", seen, after=seen.find(status_line))  # the second prompt, not the first one again
         os.write(fd, b"\x03")  # Ctrl-C: the terminal sends SIGINT
         _read_until(fd, b"interrupted", seen)
     finally:
