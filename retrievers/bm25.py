@@ -209,6 +209,7 @@ class BM25Retriever:
     """
 
     name = "bm25"
+    compute_only = True  # every engine searches in this process (Lucene through JNI); see Retriever
 
     def __init__(
         self,

@@ -25,6 +25,7 @@ class RandomRetriever:
     """
 
     name = "random"
+    compute_only = True  # see Retriever: a server may run a quick call on its event loop
 
     def __init__(self, corpus: Corpus, seed: int = 0):
         if len(corpus) == 0:

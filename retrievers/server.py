@@ -78,6 +78,12 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="how long to gather concurrent requests into one engine call",
     )
     p.add_argument("--max-batch-queries", type=int, default=defaults.max_batch_queries)
+    p.add_argument(
+        "--inline-budget-ms",
+        type=float,
+        default=defaults.inline_budget_ms,
+        help="search a lone request on the event loop when the in-process engine took at most this last time (0: off)",
+    )
     p.add_argument("--token", default=None, help=f"require 'Authorization: Bearer TOKEN' (or set ${TOKEN_ENV})")
     p.add_argument("--log-level", default="info")
     p.add_argument("--ray", action="store_true", help="serve through Ray Serve (pip install 'searchenv[ray]')")
@@ -112,6 +118,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         cache_size=args.cache_size,
         batch_wait_ms=args.batch_wait_ms,
         max_batch_queries=args.max_batch_queries,
+        inline_budget_ms=args.inline_budget_ms,
         token=args.token or os.environ.get(TOKEN_ENV) or None,
     )
 

@@ -6,6 +6,9 @@ Compared with Search-R1's server this one accepts every body the peers send (Sea
 a worker thread, merged by :class:`~searchenv.retrievers.server_batching.MicroBatcher`), caches ``(query, k)``
 answers, enforces body/query limits and an optional bearer token, answers bad requests with a JSON 4xx that says
 what to fix, and returns each passage's ``contents`` exactly as the corpus file stores it.
+
+``POST /retrieve`` is answered as a bare ASGI endpoint in front of FastAPI's middleware and routing (which would
+cost about as much as the search itself at batch 1); ``/health``, the docs and every other path go through FastAPI.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +36,12 @@ from searchenv.types import Passage, Retriever
 if TYPE_CHECKING:  # fastapi is imported by create_app only, so `searchenv --help` works without the server extra
     from fastapi import FastAPI
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
+    from starlette.responses import JSONResponse
+
+#: ASGI's three callables' types, spelled out so this module needs no ASGI package at import time.
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 __all__ = ["ServerConfig", "StoredContents", "build_retriever", "create_app"]
 
@@ -58,6 +66,9 @@ class ServerConfig:
         cache_size: LRU entries keyed on ``(query, k)``; 0 disables the cache.
         batch_wait_ms: how long the batcher waits for more requests once it has seen concurrent traffic.
         max_batch_queries: most queries merged into one retriever call.
+        inline_budget_ms: a request that finds the server idle is searched on the event loop, skipping the hand-off
+            to the worker thread, when the engine computes in-process (``compute_only``) and its last call took at
+            most this long (see :class:`~searchenv.retrievers.server_batching.MicroBatcher`); 0 turns it off.
         token: bearer token required on ``/retrieve``; ``None`` leaves the endpoint open.
         hold_while_loading_s: a request that arrives while the engine is still loading waits up to this long for
             it before being answered 503 + ``Retry-After`` (so clients rarely see a loading worker at all).
@@ -75,6 +86,7 @@ class ServerConfig:
     cache_size: int = 100_000
     batch_wait_ms: float = 2.0
     max_batch_queries: int = 1024
+    inline_budget_ms: float = 1.0
     token: str | None = None
     hold_while_loading_s: float = 5.0
 
@@ -155,11 +167,16 @@ def _stored_rows(path: str | os.PathLike[str]) -> Iterator[tuple[str, str, str, 
 class _RequestError(Exception):
     """A request the server refuses; becomes a JSON ``{"error", "detail"}`` answer with ``status``."""
 
-    def __init__(self, status: int, code: str, detail: str):
+    def __init__(self, status: int, code: str, detail: str, headers: dict[str, str] | None = None):
         super().__init__(detail)
         self.status = status
         self.code = code
         self.detail = detail
+        self.headers = headers or {}
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its request body arrived: there is nobody to answer."""
 
 
 def _parse_request(body: bytes, config: ServerConfig) -> tuple[list[str], int, bool]:
@@ -261,6 +278,8 @@ class _State:
             self.stored = StoredContents.scan(self.config.corpus)
         corpus = getattr(retriever, "corpus", None)
         self.corpus_size = len(corpus) if corpus is not None else None
+        if getattr(retriever, "compute_only", False):
+            self.batcher.inline_budget_s = max(0.0, self.config.inline_budget_ms / 1000)
         self.retriever = retriever
 
     def start_loading(self) -> None:
@@ -298,6 +317,40 @@ class _State:
         except asyncio.TimeoutError:
             pass
 
+    async def answer(self, scope: Scope, receive: Receive) -> bytes:
+        """The JSON body answering one ``POST /retrieve``; raises :class:`_RequestError` for every refusal."""
+        config = self.config
+        if config.token is not None:
+            sent = _header(scope, b"authorization") or ""
+            if not hmac.compare_digest(sent.encode(), f"Bearer {config.token}".encode()):
+                raise _RequestError(
+                    401, "unauthorized", "send 'Authorization: Bearer <token>'", {"WWW-Authenticate": "Bearer"}
+                )
+        queries, k, with_scores = _parse_request(await _read_body(scope, receive, config.max_body_bytes), config)
+        if self.retriever is None:
+            await self.wait_until_settled()
+        if self.retriever is None:
+            if self.error:
+                raise _RequestError(503, "retriever_failed", f"the retriever could not be built: {self.error}")
+            raise _RequestError(503, "loading", "the index is still loading; retry shortly", {"Retry-After": "1"})
+        results: list[list[Passage] | None] = [self.cache.get(q, k) for q in queries]
+        missing = list(dict.fromkeys(q for q, r in zip(queries, results, strict=True) if r is None))
+        if missing:
+            try:
+                found = dict(zip(missing, await self.batcher.submit(missing, k), strict=True))
+            except RetrievalUnavailable as exc:  # the engine's own backend (a web API) is away: retry later
+                retry = {"Retry-After": "1"} if exc.retryable else None
+                raise _RequestError(503 if exc.retryable else 502, f"backend_{exc.kind}", str(exc), retry) from None
+            except Exception as exc:  # noqa: BLE001 - the engine failed on this request only
+                log.warning("retriever failed on a request of %d queries: %r", len(queries), exc)
+                raise _RequestError(
+                    500, "retriever_error", f"the retriever failed on this request: {type(exc).__name__}: {exc}"
+                ) from None
+            for query, hits in found.items():
+                self.cache.put(query, k, hits)
+            results = [r if r is not None else found[q] for q, r in zip(queries, results, strict=True)]
+        return _encode(results, with_scores, self.stored)  # type: ignore[arg-type]
+
     def engine(self) -> str:
         if self.retriever is None:
             return self.config.retriever
@@ -326,20 +379,65 @@ class _State:
         }
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+def _header(scope: Scope, name: bytes) -> str | None:
+    """A request header by its lower-case name (ASGI lower-cases them)."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """The request body, refusing more than ``limit`` bytes before reading them all."""
-    declared = request.headers.get("content-length")
+    declared = _header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _RequestError(
             413, "body_too_large", f"the body has {declared} bytes; the limit is {limit} (--max-body-bytes)"
         )
     chunks, size = [], 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise _RequestError(413, "body_too_large", f"the body exceeds {limit} bytes (--max-body-bytes)")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _is_retrieve(scope: Scope) -> bool:
+    """Whether an HTTP request is for ``/retrieve`` (also under a ``root_path``, as Ray Serve's route prefixes)."""
+    path = scope["path"]
+    return path == "/retrieve" or path == f"{scope.get('root_path', '')}/retrieve"
+
+
+async def _respond(state: _State, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer one HTTP request to ``/retrieve`` on the bare ASGI interface, errors included."""
+    headers: dict[str, str] = {}
+    try:
+        if scope["method"] != "POST":
+            raise _RequestError(
+                405, "method_not_allowed", f"/retrieve takes POST, not {scope['method']}", {"Allow": "POST"}
+            )
+        status, body = 200, await state.answer(scope, receive)
+    except _ClientGone:
+        return
+    except _RequestError as exc:
+        status, body, headers = exc.status, _error_json(exc.code, exc.detail), exc.headers
+    except Exception as exc:  # noqa: BLE001 - a bug answers this request with a 500, the server goes on
+        log.exception("unexpected error on /retrieve")
+        status, body = 500, _error_json("internal_error", f"{type(exc).__name__}: {exc}")
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(name.lower().encode(), value.encode()) for name, value in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _error_json(code: str, detail: str) -> bytes:
+    return json.dumps({"error": code, "detail": detail}).encode()
 
 
 def create_app(
@@ -361,7 +459,7 @@ def create_app(
     ``"ready": false`` until then.
     """
     from fastapi import FastAPI
-    from starlette.responses import JSONResponse, Response
+    from starlette.responses import JSONResponse
 
     config = config or ServerConfig()
     if config.token is None and os.environ.get(TOKEN_ENV):
@@ -375,57 +473,25 @@ def create_app(
         yield
         await state.batcher.stop()
 
-    app = FastAPI(title="searchenv retrieval service", version="1", lifespan=lifespan)
-    app.state.searchenv = state
+    class RetrievalApp(FastAPI):
+        """FastAPI, except that ``/retrieve`` is answered before FastAPI's middleware and routing."""
 
-    def error(status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-        return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http" and _is_retrieve(scope):
+                await _respond(state, scope, receive, send)
+            else:
+                await super().__call__(scope, receive, send)
+
+    app = RetrievalApp(title="searchenv retrieval service", version="1", lifespan=lifespan)
+    app.state.searchenv = state
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s", request.url.path)
-        return error(500, "internal_error", f"{type(exc).__name__}: {exc}")
+        return JSONResponse({"error": "internal_error", "detail": f"{type(exc).__name__}: {exc}"}, status_code=500)
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse(state.health(), status_code=200 if state.retriever is not None else 503)
 
-    async def retrieve(request: Request) -> Response:
-        if config.token is not None:
-            sent = request.headers.get("authorization", "")
-            if not hmac.compare_digest(sent.encode(), f"Bearer {config.token}".encode()):
-                return error(
-                    401, "unauthorized", "send 'Authorization: Bearer <token>'", {"WWW-Authenticate": "Bearer"}
-                )
-        try:
-            queries, k, with_scores = _parse_request(await _read_body(request, config.max_body_bytes), config)
-        except _RequestError as exc:
-            return error(exc.status, exc.code, exc.detail)
-        if state.retriever is None:
-            await state.wait_until_settled()
-        if state.retriever is None:
-            if state.error:
-                return error(503, "retriever_failed", f"the retriever could not be built: {state.error}")
-            return error(503, "loading", "the index is still loading; retry shortly", {"Retry-After": "1"})
-        results: list[list[Passage] | None] = [state.cache.get(q, k) for q in queries]
-        missing = list(dict.fromkeys(q for q, r in zip(queries, results, strict=True) if r is None))
-        if missing:
-            try:
-                found = dict(zip(missing, await state.batcher.submit(missing, k), strict=True))
-            except RetrievalUnavailable as exc:  # the engine's own backend (a web API) is away: retry later
-                headers = {"Retry-After": "1"} if exc.retryable else None
-                return error(503 if exc.retryable else 502, f"backend_{exc.kind}", str(exc), headers)
-            except Exception as exc:  # noqa: BLE001 - the engine failed on this request only
-                log.warning("retriever failed on a request of %d queries: %r", len(queries), exc)
-                return error(
-                    500, "retriever_error", f"the retriever failed on this request: {type(exc).__name__}: {exc}"
-                )
-            for query, hits in found.items():
-                state.cache.put(query, k, hits)
-            results = [r if r is not None else found[q] for q, r in zip(queries, results, strict=True)]
-        return Response(_encode(results, with_scores, state.stored), media_type="application/json")  # type: ignore[arg-type]
-
-    # Plain Starlette routes: the endpoints read the raw body themselves (size limit first, then clear errors),
-    # so FastAPI's validation layer would only add cost.
     app.add_exception_handler(Exception, unexpected)
     app.add_route("/health", health, methods=["GET"])
-    app.add_route("/retrieve", retrieve, methods=["POST"])
     return app

@@ -2,13 +2,15 @@
 
 GRPO groups send the same question several times and rollout workers send small batches at once; engines are
 far faster per query on one large batch. Both classes run on the server's event loop (the engine itself on one
-worker thread), so neither needs a lock.
+worker thread, or on the loop for a quick lone request), so neither needs a lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -81,21 +83,37 @@ class MicroBatcher:
     batcher also waits up to ``max_wait_s`` for stragglers. Within a batch, requests are grouped by ``k`` and
     duplicate queries are searched once. If a merged call fails, each request is retried alone so one bad
     query fails only its own request.
+
+    A request that finds the engine idle for longer than the engine's last call took is searched at once on
+    the event loop instead, when ``inline_budget_s`` allows it (the last call took at most that long; the
+    server sets it only for engines that compute in-process). Handing a single query to the worker thread and
+    back costs about as much as a quick engine's search, and such a request could neither have merged with
+    another nor have delayed one: under concurrent load requests arrive back to back, find no idle gap, and
+    queue for merged batches as before.
     """
 
     def __init__(
-        self, search: Callable[[Sequence[str], int], list[list[Passage]]], max_wait_s: float, max_queries: int
+        self,
+        search: Callable[[Sequence[str], int], list[list[Passage]]],
+        max_wait_s: float,
+        max_queries: int,
+        inline_budget_s: float = 0.0,
     ):
         self._search = search
         self.max_wait_s = max(0.0, float(max_wait_s))
         self.max_queries = max(1, int(max_queries))
+        self.inline_budget_s = max(0.0, float(inline_budget_s))
         self._queue: asyncio.Queue[_Job] | None = None
         self._task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="searchenv-retrieve")
         self._concurrent = False
+        self._running = False  # a batch is gathering or searching
+        self._last_call_s = math.inf  # how long the last engine call took (unknown until one ran)
+        self._idle_since = 0.0  # perf_counter when the last engine call ended
         self.batches = 0
         self.requests = 0
         self.queries = 0
+        self.inline = 0
 
     def start(self) -> None:
         self._queue = asyncio.Queue()
@@ -114,6 +132,8 @@ class MicroBatcher:
         """Search ``queries`` at ``k`` as part of the next batch; raises what the engine raised."""
         if self._queue is None:
             raise RuntimeError("MicroBatcher.start() was not called")
+        if self._may_search_inline():
+            return self._search_inline(queries, k)
         future: asyncio.Future[list[list[Passage]]] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Job(queries, k, future))
         return await future
@@ -124,14 +144,36 @@ class MicroBatcher:
             "requests": self.requests,
             "queries": self.queries,
             "mean_requests_per_batch": round(self.requests / self.batches, 3) if self.batches else 0.0,
+            "inline_requests": self.inline,
             "max_wait_ms": self.max_wait_s * 1000,
+            "inline_budget_ms": self.inline_budget_s * 1000,
         }
+
+    def _may_search_inline(self) -> bool:
+        assert self._queue is not None
+        if self._last_call_s > self.inline_budget_s or self._running or not self._queue.empty():
+            return False
+        return time.perf_counter() - self._idle_since >= self._last_call_s
+
+    def _search_inline(self, queries: list[str], k: int) -> list[list[Passage]]:
+        started = time.perf_counter()
+        try:
+            return _checked(self._search(queries, k), queries, k)
+        finally:
+            self._idle_since = time.perf_counter()
+            self._last_call_s = self._idle_since - started
+            self.batches += 1
+            self.requests += 1
+            self.queries += len(queries)
+            self.inline += 1
 
     async def _run(self) -> None:
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         while True:
+            self._running = False
             jobs = [await self._queue.get()]
+            self._running = True
             n = len(jobs[0].queries)
             deadline = loop.time() + (self.max_wait_s if self._concurrent else 0.0)
             while n < self.max_queries:
@@ -180,10 +222,20 @@ class MicroBatcher:
             _settle(job.future, result=[found[q] for q in job.queries])
 
     async def _call(self, queries: list[str], k: int) -> list[list[Passage]]:
-        results = await asyncio.get_running_loop().run_in_executor(self._executor, self._search, queries, k)
-        if len(results) != len(queries):
-            raise RuntimeError(f"the retriever returned {len(results)} result lists for {len(queries)} queries")
-        return [list(r[:k]) for r in results]
+        started = time.perf_counter()
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(self._executor, self._search, queries, k)
+        finally:
+            self._idle_since = time.perf_counter()
+            self._last_call_s = self._idle_since - started
+        return _checked(results, queries, k)
+
+
+def _checked(results: list[list[Passage]], queries: list[str], k: int) -> list[list[Passage]]:
+    """The engine's answer, one list of at most ``k`` passages per query, or an error that says what is wrong."""
+    if len(results) != len(queries):
+        raise RuntimeError(f"the retriever returned {len(results)} result lists for {len(queries)} queries")
+    return [list(r[:k]) for r in results]
 
 
 def _settle(future: asyncio.Future[Any], result: Any = None, exc: BaseException | None = None) -> None:

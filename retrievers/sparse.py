@@ -804,19 +804,22 @@ class NativeEngine:
             raise ValueError(f"{directory} holds a corrupt native BM25 index (its files disagree in size); rebuild it")
         self.analyzer = EnglishAnalyzer()
         self.terms = terms
-        self._arrays = (
-            data,
-            arrays["term_blocks"],
-            arrays["block_last"],
-            arrays["block_offset"],
-            arrays["block_max"],
-            arrays["idf"],
-            arrays["norms"],
-            arrays["norm_cache"],
-            # each term's score bound: its highest block maximum (every term has at least one block)
-            np.maximum.reduceat(arrays["block_max"], arrays["term_blocks"][:-1])
-            if len(terms)
-            else np.zeros(0, np.float32),
+        self._arrays = tuple(  # plain ndarray views of the maps: numba types an np.memmap argument on a slow path
+            np.asarray(array)
+            for array in (
+                data,
+                arrays["term_blocks"],
+                arrays["block_last"],
+                arrays["block_offset"],
+                arrays["block_max"],
+                arrays["idf"],
+                arrays["norms"],
+                arrays["norm_cache"],
+                # each term's score bound: its highest block maximum (every term has at least one block)
+                np.maximum.reduceat(arrays["block_max"], arrays["term_blocks"][:-1])
+                if len(terms)
+                else np.zeros(0, np.float32),
+            )
         )
         self.threads = max(1, int(threads))
         self.scratch = scratch  # the temporary directory of an in-memory build, removed with the engine
@@ -826,7 +829,7 @@ class NativeEngine:
         """Top-``k`` (positions, scores) per query, best first; only passages sharing a term with the query."""
         k = max(1, min(int(k), self.num_docs))
         analysed = self.analyzer.analyze_many(queries)
-        ids = iter(self.terms.ids([term for terms in analysed for term in terms]).tolist())  # all looked up at once
+        ids = iter(self.terms.ids([term for terms in analysed for term in terms]))  # all looked up at once
         qptr = [0]
         qterms: list[int] = []
         qweights: list[float] = []

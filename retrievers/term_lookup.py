@@ -20,6 +20,7 @@ from numba import njit
 __all__ = ["TermTable", "write_term_table"]
 
 _STARTS, _ORDER = "term_starts.npy", "term_order.npy"
+_SEEN_TERMS = 1 << 17  # most term ids remembered (a few MB); the memo starts afresh when full
 
 
 def write_term_table(directory: str | Path, terms: Sequence[str] | Mapping[str, int]) -> None:
@@ -112,16 +113,31 @@ class TermTable:
         self.text = np.memmap(directory / "terms.txt", dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
         if not len(self.order) == len(self.starts) - 1 == count or int(self.starts[-1]) != size + 1:
             raise ValueError(f"{directory} holds a corrupt native BM25 index (its term files disagree); rebuild it")
+        # plain ndarray views of the maps for the kernel: numba types an np.memmap argument on a slow path
+        self._tables = (np.asarray(self.text), np.asarray(self.starts), np.asarray(self.order))
+        self._seen: dict[str, int] = {}  # ids of recently asked terms: query words recur, a lookup is µs
 
     def __len__(self) -> int:
         return len(self.order)
 
-    def ids(self, terms: Sequence[str]) -> np.ndarray:
-        """Each term's id (int64), -1 where the index does not hold it."""
+    def ids(self, terms: Sequence[str]) -> list[int]:
+        """Each term's id, -1 where the index does not hold it."""
+        seen = self._seen
+        ids = [seen.get(term) for term in terms]
+        if None not in ids:
+            return ids  # type: ignore[return-value]
+        missing = list(dict.fromkeys(term for term, i in zip(terms, ids, strict=True) if i is None))
+        found = dict(zip(missing, self._look_up(missing), strict=True))
+        if len(seen) + len(found) > _SEEN_TERMS:
+            self._seen = seen = {}  # replaced, not cleared: a search on another thread keeps its own view
+        seen.update(found)
+        return [found[term] if i is None else i for term, i in zip(terms, ids, strict=True)]
+
+    def _look_up(self, terms: list[str]) -> list[int]:
         encoded = [term.encode("utf-8") for term in terms]
         key_starts = np.zeros(len(encoded) + 1, np.int64)
         np.cumsum([len(key) for key in encoded], out=key_starts[1:])
         keys = np.frombuffer(b"".join(encoded), dtype=np.uint8)
         out = np.empty(len(encoded), np.int64)
-        _find(self.text, self.starts, self.order, keys, key_starts, out)
-        return out
+        _find(*self._tables, keys, key_starts, out)
+        return out.tolist()

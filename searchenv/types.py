@@ -242,6 +242,10 @@ class Retriever(Protocol):
     One call serves a whole batch so that vectorised environments and trainers pay one round trip (or one
     matrix product) per step, not one per episode. Implementations must return exactly ``len(queries)``
     lists, each of at most ``k`` passages.
+
+    An implementation may set the class attribute ``compute_only = True`` when ``search`` only computes in
+    this process — no network, no other process or actor, no lock another thread holds for long — so that the
+    retrieval service may call a quick search directly on its event loop (absent means ``False``).
     """
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]: ...

@@ -243,7 +243,7 @@ def test_streamed_build_in_tiny_segments_equals_one_shot_build(tmp_path, union, 
     assert names == sorted(p.name for p in streamed.iterdir()) and "postings.bin" in names
     assert all((one_shot / n).read_bytes() == (streamed / n).read_bytes() for n in names)
     engine = NativeEngine(streamed, threads=2)
-    assert isinstance(engine._arrays[0], np.memmap)  # searched from the mapped file, not a copy
+    assert isinstance(engine._arrays[0].base, np.memmap)  # searched from the mapped file, not a copy
     hits = engine.search(questions, 3)
     reference = NativeEngine(one_shot, threads=1).search(questions, 3)
     assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(hits, reference, strict=True))
@@ -305,7 +305,8 @@ def test_mapped_term_table_finds_what_a_dictionary_finds(tmp_path, union, questi
     absent = ["", "zzqxv", "\n", "ü", "東京東京東京", *(t + "é" for t in vocabulary[::50])]
     absent += [t[:-1] for t in vocabulary]  # prefixes: the binary search's nearest misses
     probes = vocabulary + [t for t in absent if t not in reference.term_ids]
-    assert engine.terms.ids(probes).tolist() == reference.ids(probes).tolist()
+    assert engine.terms.ids(probes) == reference.ids(probes).tolist()
+    assert engine.terms.ids(probes[::-1]) == reference.ids(probes[::-1]).tolist()  # remembered ids too
     queries = [*questions, "Москва straße naïve café 東京 zzqxv", "zzqxv qqwwee", "", "ΟΔΟΣ Ελλάδα ½ ① 한국어"]
     hits = engine.search(queries, 10)
     engine.terms = reference

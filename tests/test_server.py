@@ -8,6 +8,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -178,8 +179,69 @@ def test_concurrent_requests_are_merged_and_a_bad_query_fails_only_its_request(e
     assert "cannot search 'boom'" in responses[-1].json()["detail"]
     assert health["batching"]["requests"] == 13
     assert health["batching"]["batches"] < 13  # requests that waited on a running batch were merged
+    assert health["batching"]["inline_requests"] == 0  # an engine that does not say it only computes never is
     merged = [call for call in slow.calls if len(call) > 2]
     assert merged and all(call.count("shared") == 1 for call in merged)  # duplicates searched once
+
+
+class ThreadRecordingRetriever(SlowRetriever):
+    """A slow engine that says it only computes, and records the thread each search ran on."""
+
+    compute_only = True
+
+    def __init__(self, inner: RandomRetriever, delay: float):
+        super().__init__(inner, delay)
+        self.threads: list[str] = []
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        self.threads.append(threading.current_thread().name)
+        return super().search(queries, k)
+
+
+def test_lone_requests_are_searched_on_the_event_loop_and_bursts_still_merge(engine: RandomRetriever) -> None:
+    recording = ThreadRecordingRetriever(engine, delay=0.03)
+    config = ServerConfig(cache_size=0, inline_budget_ms=200)
+    with serve_in_thread(create_app(config, retriever=recording)) as base:
+        for i in range(4):  # one client, a pause between requests: the engine is idle each time one arrives
+            assert post(base, {"queries": [f"lone {i}"]}).status_code == 200
+            time.sleep(0.1)
+        lone = httpx.get(f"{base}/health").json()["batching"]
+        bodies: list[dict[str, object]] = [{"queries": [f"burst {i}"]} for i in range(12)]
+        responses = asyncio.run(_concurrent(base, bodies))
+        burst = httpx.get(f"{base}/health").json()["batching"]
+        bad = post(base, {"queries": ["boom"]})  # a failing search on the loop fails its request only
+        after = post(base, {"queries": ["after boom"]})
+    loop_thread = recording.threads[1]
+    assert recording.threads[0].startswith("searchenv-retrieve")  # the first call: its duration was unknown
+    assert recording.threads[1:4] == [loop_thread] * 3 and loop_thread == "searchenv-uvicorn"
+    assert lone["inline_requests"] == 3 and lone["batches"] == 4
+    assert all(r.status_code == 200 for r in responses)
+    merged = burst["batches"] - lone["batches"]
+    assert merged < 12 and burst["requests"] - lone["requests"] == 12  # requests that met a busy engine queued
+    assert any(len(call) > 1 for call in recording.calls)
+    assert bad.status_code == 500 and "cannot search 'boom'" in bad.json()["detail"]
+    assert after.status_code == 200
+
+
+def test_retrieve_answers_wrong_methods_and_engine_bugs_with_json(engine: RandomRetriever) -> None:
+    class Broken:
+        compute_only = True
+
+        def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+            if queries == ["bug"]:
+                return [["not a passage"]]  # type: ignore[list-item]
+            return engine.search(queries, k)
+
+    with serve_in_thread(create_app(ServerConfig(cache_size=0), retriever=Broken())) as base:
+        wrong_method = httpx.get(f"{base}/retrieve")
+        bug = post(base, {"queries": ["bug"]})
+        fine = post(base, {"queries": ["fine"]})
+        missing = httpx.get(f"{base}/nowhere")
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    assert wrong_method.json()["error"] == "method_not_allowed"
+    assert bug.status_code == 500 and bug.json()["error"] == "internal_error" and "AttributeError" in bug.text
+    assert fine.status_code == 200 and len(fine.json()["result"][0]) == 3
+    assert missing.status_code == 404  # every other path is FastAPI's
 
 
 def test_bearer_token(engine: RandomRetriever) -> None:
