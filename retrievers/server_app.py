@@ -2,13 +2,15 @@
 
 Compared with Search-R1's server this one accepts every body the peers send (Search-R1/verl's
 ``{"queries", "topk", "return_scores"}`` and SkyRL's single ``{"query"}``, with ``topk``/``top_k``/``k``), answers
-``return_scores: false`` with bare documents instead of an HTTP 500, never blocks the event loop (searches run on
-a worker thread, merged by :class:`~searchenv.retrievers.server_batching.MicroBatcher`), caches ``(query, k)``
-answers, enforces body/query limits and an optional bearer token, answers bad requests with a JSON 4xx that says
-what to fix, and returns each passage's ``contents`` exactly as the corpus file stores it.
+``return_scores: false`` with bare documents instead of an HTTP 500, keeps the event loop free under load
+(searches run on a worker thread, merged by :class:`~searchenv.retrievers.server_batching.MicroBatcher`; only a
+quick lone request on an idle server is searched on the loop), caches ``(query, k)`` answers, enforces body/query
+limits and an optional bearer token, answers bad requests with a JSON 4xx that says what to fix, and returns each
+passage's ``contents`` exactly as the corpus file stores it.
 
-``POST /retrieve`` is answered as a bare ASGI endpoint in front of FastAPI's middleware and routing (which would
-cost about as much as the search itself at batch 1); ``/health``, the docs and every other path go through FastAPI.
+``POST /retrieve`` is answered as a bare ASGI endpoint in front of FastAPI's middleware, telemetry checks and
+routing, which a one-query request would otherwise pass through both ways; ``/health``, the docs and every other
+path go through FastAPI.
 """
 
 from __future__ import annotations
