@@ -105,6 +105,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     for name in ("port", "workers", "topk", "max_topk", "max_queries", "max_query_chars", "max_body_bytes"):
         if getattr(args, name) < (0 if name == "port" else 1):
             raise SystemExit(f"searchenv serve: --{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("batch_wait_ms", "inline_budget_ms"):
+        value = getattr(args, name)
+        if not value >= 0:  # also refuses nan
+            raise SystemExit(f"searchenv serve: --{name.replace('_', '-')} must be 0 or more, got {value}")
     return ServerConfig(
         retriever=args.retriever,
         corpus=str(Path(args.corpus).resolve()) if args.corpus else "",

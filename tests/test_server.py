@@ -223,6 +223,23 @@ def test_lone_requests_are_searched_on_the_event_loop_and_bursts_still_merge(eng
     assert after.status_code == 200
 
 
+def test_answers_are_the_same_searched_on_the_event_loop_or_on_the_worker_thread(engine: RandomRetriever) -> None:
+    bodies: list[dict[str, object]] = [
+        {"queries": [f"question {i}"], "topk": 1 + i % 4, "return_scores": i % 2 == 0} for i in range(8)
+    ]
+    answers, inline = [], []
+    for budget_ms in (1000.0, 0.0):
+        config = ServerConfig(cache_size=0, inline_budget_ms=budget_ms)
+        with serve_in_thread(create_app(config, retriever=engine)) as base:
+            answers.append([])
+            for body in bodies:
+                answers[-1].append(post(base, body).content)
+                time.sleep(0.05)  # the engine sits idle far longer than a search takes
+            inline.append(httpx.get(f"{base}/health").json()["batching"]["inline_requests"])
+    assert inline[0] >= len(bodies) // 2 and inline[1] == 0  # (the first call, of unknown duration, is not inlined)
+    assert answers[0] == answers[1]  # byte for byte
+
+
 def test_retrieve_answers_wrong_methods_and_engine_bugs_with_json(engine: RandomRetriever) -> None:
     class Broken:
         compute_only = True
@@ -335,6 +352,10 @@ def test_cli_arguments_default_to_loopback_and_reject_missing_corpus(tmp_path: P
     assert config_from_args(parser.parse_args(["serve", "--retriever", "web"])).corpus == ""  # the web needs none
     with pytest.raises(SystemExit):
         parser.parse_args(["serve", "--corpus", str(corpus_path), "--option", "noequals"])
+    for flag, value in (("--inline-budget-ms", "-1"), ("--batch-wait-ms", "nan")):
+        with pytest.raises(SystemExit, match=f"{flag} must be 0 or more"):
+            config_from_args(parser.parse_args(["serve", "--corpus", str(corpus_path), flag, value]))
+    assert config_from_args(parser.parse_args(["serve", "--corpus", str(corpus_path)])).inline_budget_ms == 1.0
 
 
 def _post_when_loaded(client: httpx.Client, body: dict, deadline_s: float = 60.0) -> httpx.Response:
