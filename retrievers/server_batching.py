@@ -85,24 +85,20 @@ class MicroBatcher:
     query fails only its own request.
 
     A request that finds the engine idle for longer than the engine's last call took is searched at once on
-    the event loop instead, when ``inline_budget_s`` allows it (the last call took at most that long; the
-    server sets it only for engines that compute in-process). Handing a single query to the worker thread and
+    the event loop instead, when the last call took at most ``inline_budget_s`` (0 until the server sets it,
+    which it does only for engines that compute in-process). Handing a single query to the worker thread and
     back costs about as much as a quick engine's search, and such a request could neither have merged with
     another nor have delayed one: under concurrent load requests arrive back to back, find no idle gap, and
     queue for merged batches as before.
     """
 
     def __init__(
-        self,
-        search: Callable[[Sequence[str], int], list[list[Passage]]],
-        max_wait_s: float,
-        max_queries: int,
-        inline_budget_s: float = 0.0,
+        self, search: Callable[[Sequence[str], int], list[list[Passage]]], max_wait_s: float, max_queries: int
     ):
         self._search = search
         self.max_wait_s = max(0.0, float(max_wait_s))
         self.max_queries = max(1, int(max_queries))
-        self.inline_budget_s = max(0.0, float(inline_budget_s))
+        self.inline_budget_s = 0.0
         self._queue: asyncio.Queue[_Job] | None = None
         self._task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="searchenv-retrieve")
@@ -160,8 +156,7 @@ class MicroBatcher:
         try:
             return _checked(self._search(queries, k), queries, k)
         finally:
-            self._idle_since = time.perf_counter()
-            self._last_call_s = self._idle_since - started
+            self._call_ended(started)
             self.batches += 1
             self.requests += 1
             self.queries += len(queries)
@@ -226,9 +221,13 @@ class MicroBatcher:
         try:
             results = await asyncio.get_running_loop().run_in_executor(self._executor, self._search, queries, k)
         finally:
-            self._idle_since = time.perf_counter()
-            self._last_call_s = self._idle_since - started
+            self._call_ended(started)
         return _checked(results, queries, k)
+
+    def _call_ended(self, started: float) -> None:
+        """Note when the engine fell idle and how long its call (begun at ``started``) took."""
+        self._idle_since = time.perf_counter()
+        self._last_call_s = self._idle_since - started
 
 
 def _checked(results: list[list[Passage]], queries: list[str], k: int) -> list[list[Passage]]:
