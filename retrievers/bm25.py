@@ -290,7 +290,8 @@ class BM25Retriever:
                     )
                     hits.append((np.empty(0, np.int64), np.empty(0, np.float32)))
         for i, (positions, scores) in zip(asked, hits, strict=True):
-            results[i] = [self.corpus.passage(int(p), float(s)) for p, s in zip(positions, scores, strict=True)]
+            passage = self.corpus.passage
+            results[i] = [passage(p, s) for p, s in zip(positions.tolist(), scores.tolist(), strict=True)]
         return results
 
     def close(self) -> None:

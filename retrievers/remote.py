@@ -83,8 +83,9 @@ def _parse_hit(item: Any) -> tuple[Passage, bool]:
     document, score = (item["document"], item.get("score", 0.0)) if "document" in item else (item, 0.0)
     if not isinstance(document, dict):
         raise TypeError(f"a document must be an object, got {type(document).__name__}")
+    stored: str | None = None  # the server's contents string as sent: the information block shows it verbatim
     if "contents" in document:
-        contents = str(document["contents"])
+        contents = stored = str(document["contents"])
         title, text = split_contents(contents)
     else:
         title, text = str(document.get("title", "")), str(document["text"])
@@ -93,7 +94,7 @@ def _parse_hit(item: Any) -> tuple[Passage, bool]:
     derived = passage_id is None or passage_id == ""
     if derived:
         passage_id = content_id(contents)
-    return Passage(str(passage_id), title, text, float(score if score is not None else 0.0)), derived
+    return Passage(str(passage_id), title, text, float(score if score is not None else 0.0), stored), derived
 
 
 def _parse_response(payload: Any, n_queries: int, k: int) -> tuple[list[list[Passage]], bool]:

@@ -6,7 +6,8 @@ Compared with Search-R1's server this one accepts every body the peers send (Sea
 (searches run on a worker thread, merged by :class:`~searchenv.retrievers.server_batching.MicroBatcher`; only a
 quick lone request on an idle server is searched on the loop), caches ``(query, k)`` answers, enforces body/query
 limits and an optional bearer token, answers bad requests with a JSON 4xx that says what to fix, and returns each
-passage's ``contents`` exactly as the corpus file stores it.
+passage's ``contents`` exactly as the corpus file stores it (:attr:`~searchenv.types.Passage.contents`, which the
+corpus fills from the row it read; the server keeps no copy of the corpus of its own).
 
 ``POST /retrieve`` is answered as a bare ASGI endpoint in front of FastAPI's middleware, telemetry checks and
 routing, which a one-query request would otherwise pass through both ways; ``/health``, the docs and every other
@@ -24,10 +25,9 @@ import math
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchenv.retrievers.http_retry import RetrievalUnavailable
@@ -45,7 +45,7 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
-__all__ = ["ServerConfig", "StoredContents", "build_retriever", "create_app"]
+__all__ = ["ServerConfig", "build_retriever", "create_app"]
 
 log = logging.getLogger("searchenv.server")
 
@@ -112,58 +112,6 @@ def build_retriever(config: ServerConfig) -> Retriever:
     if config.index_dir is not None:
         options["index_dir"] = config.index_dir
     return build(config.retriever, config.corpus or None, options, shared=False)
-
-
-class StoredContents:
-    """Each passage's ``contents`` exactly as the corpus file spells it, so answers carry the stored string.
-
-    A :class:`Passage` holds the title without quotes; wiki-18 quotes titles, FlashRAG samples do not, and union
-    corpora mix both. The corpus file is scanned once: the majority style becomes the rule, and every row the rule
-    does not reproduce byte for byte is kept verbatim (none for a uniform corpus such as wiki-18).
-    """
-
-    def __init__(self, quoted_titles: bool = True, verbatim: dict[str, str] | None = None):
-        self.quoted_titles = quoted_titles
-        self.verbatim = verbatim or {}
-
-    @classmethod
-    def scan(cls, path: str | os.PathLike[str]) -> StoredContents:
-        """Two streaming passes over the corpus jsonl (memory: only the exceptions), rows with ``title``/``text``
-        counting as ``title\\ntext``."""
-        quoted = total = 0
-        for _, _, _, stored in _stored_rows(path):
-            quoted += stored.startswith('"')
-            total += 1
-        layout = cls(quoted * 2 >= total)
-        for pid, title, text, stored in _stored_rows(path):
-            if layout._rebuild(title, text) != stored:
-                layout.verbatim[pid] = stored
-        return layout
-
-    def _rebuild(self, title: str, text: str) -> str:
-        return f'"{title}"\n{text}' if self.quoted_titles else f"{title}\n{text}"
-
-    def contents(self, passage: Passage) -> str:
-        found = self.verbatim.get(passage.id)
-        return found if found is not None else self._rebuild(passage.title, passage.text)
-
-
-def _stored_rows(path: str | os.PathLike[str]) -> Iterator[tuple[str, str, str, str]]:
-    """``(id, title, text, contents as stored)`` per corpus row, title and text split as :class:`Corpus` does."""
-    from searchenv.types import split_contents
-
-    with Path(path).open(encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            if "contents" in row:
-                stored = str(row["contents"])
-                title, text = split_contents(stored)
-            else:
-                title, text = str(row["title"]), str(row["text"])
-                stored = f"{title}\n{text}"
-            yield str(row["id"]), title, text, stored
 
 
 class _RequestError(Exception):
@@ -237,11 +185,11 @@ def _score_json(score: float) -> str:
     return repr(score) if math.isfinite(score) else json.dumps(score)  # repr is JSON for finite floats, and fast
 
 
-def _encode(results: list[list[Passage]], with_scores: bool, stored: StoredContents) -> bytes:
+def _encode(results: list[list[Passage]], with_scores: bool) -> bytes:
     """The response body, assembled from memoised document fragments (JSON-encoding dominated the CPU cost)."""
     lists = []
     for hits in results:
-        documents = [_document_json(p.id, stored.contents(p)) for p in hits]
+        documents = [_document_json(p.id, p.contents) for p in hits]
         if with_scores:
             documents = [
                 f'{{"document": {doc}, "score": {_score_json(p.score)}}}'
@@ -264,7 +212,6 @@ class _State:
         self.cache = QueryCache(config.cache_size)
         self.batcher = MicroBatcher(self._search, config.batch_wait_ms / 1000, config.max_batch_queries)
         self.corpus_size: int | None = None
-        self.stored = StoredContents()
         self.settled: asyncio.Event | None = None  # set once loading succeeded or failed
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_load_failure = on_load_failure
@@ -276,11 +223,12 @@ class _State:
         return self.retriever.search(queries, k)
 
     def _ready(self, retriever: Retriever) -> None:
-        if self.config.corpus:
-            self.stored = StoredContents.scan(self.config.corpus)
         corpus = getattr(retriever, "corpus", None)
         self.corpus_size = len(corpus) if corpus is not None else None
         if getattr(retriever, "compute_only", False):
+            # One search before the server says it is ready: the native engine's numba kernels compile on their
+            # first call (about 10 s with a cold cache), which would otherwise time out the first client.
+            retriever.search(["searchenv warm-up"], 1)
             self.batcher.inline_budget_s = max(0.0, self.config.inline_budget_ms / 1000)
         self.retriever = retriever
 
@@ -351,7 +299,7 @@ class _State:
             for query, hits in found.items():
                 self.cache.put(query, k, hits)
             results = [r if r is not None else found[q] for q, r in zip(queries, results, strict=True)]
-        return _encode(results, with_scores, self.stored)  # type: ignore[arg-type]
+        return _encode(results, with_scores)  # type: ignore[arg-type]
 
     def engine(self) -> str:
         if self.retriever is None:

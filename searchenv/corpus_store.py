@@ -60,14 +60,16 @@ class CorpusStore:
             self._build(meta_path, stat.st_size, progress)
         meta = json.loads(meta_path.read_text())
         self.checksum: str = meta["checksum"]
-        self.offsets = np.load(self.table_path, mmap_mode="r")
-        if len(self.offsets) == 0:
+        # a plain ndarray view of the mapped table: indexing an np.memmap goes through Python-level code
+        self.offsets = np.asarray(np.load(self.table_path, mmap_mode="r"))
+        self._count = len(self.offsets)
+        if self._count == 0:
             raise ValueError(f"corpus file {self.path} holds no passages")
         with self.path.open("rb") as handle:
             self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return self._count
 
     def line(self, position: int) -> bytes:
         """The raw jsonl line of the passage at ``position`` (no newline)."""
@@ -77,10 +79,10 @@ class CorpusStore:
 
     def row(self, position: int) -> tuple[str, str, str, str]:
         """``(id, title, text, contents)`` of the passage at ``position``; ``contents`` exactly as stored."""
-        if not -len(self) <= position < len(self):
-            raise IndexError(f"corpus position {position} out of range for {len(self):,} passages")
-        position %= len(self)
-        return parse_corpus_row(self.line(position), self.path, None)
+        count = self._count
+        if not -count <= position < count:
+            raise IndexError(f"corpus position {position} out of range for {count:,} passages")
+        return parse_corpus_row(self.line(position % count), self.path, None)
 
     def _build(self, meta_path: Path, size: int, progress: bool | None) -> None:
         """One pass over the file: validate every row, record where each starts, hash the corpus.

@@ -86,7 +86,7 @@ def parse_corpus_row(line: str | bytes, path: object, line_no: int | None) -> tu
     Search-R1's layout. A malformed line raises a ``ValueError`` naming ``path:line_no``.
     """
     try:
-        row = json.loads(line)
+        row = json.loads(line.decode() if isinstance(line, bytes) else line)  # decoding first skips json's sniffing
         if "contents" in row:
             contents = row["contents"]
             title, text = split_contents(contents)
@@ -245,7 +245,9 @@ class Retriever(Protocol):
 
     An implementation may set the class attribute ``compute_only = True`` when ``search`` only computes in
     this process — no network, no other process or actor, no lock another thread holds for long — so that the
-    retrieval service may call a quick search directly on its event loop (absent means ``False``).
+    retrieval service may call a quick search directly on its event loop (absent means ``False``); the service
+    also searches such an engine once before it reports ready, so one-time work (JIT compilation) is not paid
+    by the first client.
     """
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]: ...

@@ -21,7 +21,7 @@ from searchenv.retrievers import make_retriever
 from searchenv.retrievers.analysis import EnglishAnalyzer
 from searchenv.retrievers.bm25 import ENGINES, BM25Retriever, tie_tolerant_agreement
 from searchenv.retrievers.index_store import MANIFEST_NAME, IndexMismatchError
-from searchenv.retrievers.sparse import NativeEngine, build_native_index, lucene_length
+from searchenv.retrievers.sparse import SEED_FROM_BLOCKS, NativeEngine, build_native_index, lucene_length
 from searchenv.types import Corpus, Passage
 
 TINY = Corpus.from_passages(
@@ -128,6 +128,24 @@ def test_engines_agree_with_lucene_on_union(union, questions, lucene, native_uni
         if engine == "native":  # same analyzer, norms and float order: nearly always the very same lists
             same = sum(m == r[:3] for m, r in zip(mine, ref_ids, strict=True))
             assert same >= 0.9 * len(questions)
+
+
+def test_seeded_and_unseeded_walks_return_the_same_passages(shared_data, native_union):
+    """Queries of up to SEED_FROM_BLOCKS blocks skip the seeded cut-off; forcing it on must not change a result."""
+    with (shared_data / "qa" / "nq_test_1000.jsonl").open(encoding="utf-8") as handle:
+        questions = [json.loads(line)["question"] for line in handle][:300]
+    engine = native_union._engine
+    assert engine.seed_from_blocks == SEED_FROM_BLOCKS > 0  # union's queries are all short: none is seeded
+    for k in (3, 10):
+        plain = native_union.search(questions, k)
+        engine.seed_from_blocks = 0  # every query seeded
+        try:
+            seeded = native_union.search(questions, k)
+        finally:
+            engine.seed_from_blocks = SEED_FROM_BLOCKS
+        assert [[p.id for p in hits] for hits in seeded] == [[p.id for p in hits] for hits in plain]
+        for mine, theirs in zip(seeded, plain, strict=True):
+            assert [p.score for p in mine] == pytest.approx([p.score for p in theirs], rel=1e-6)
 
 
 def _ranking(corpus: Corpus, results: list[list[Passage]]) -> tuple[list[list[int]], list[list[float]]]:

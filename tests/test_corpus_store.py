@@ -123,7 +123,8 @@ def test_out_of_range_position_raises_index_error(tmp_path):
 def test_memory_is_bounded_by_structure_not_by_the_file(union):
     """A disk corpus holds an int64 offset per passage (memory-mapped) and no passage strings."""
     disk = DiskCorpus(union)
-    assert isinstance(disk.store.offsets, np.memmap) and disk.store.offsets.dtype == np.int64
+    offsets = disk.store.offsets
+    assert isinstance(offsets.base, np.memmap) and offsets.dtype == np.int64  # a view of the mapped table
     held = [value for value in vars(disk.ids).values() if isinstance(value, list | tuple | dict | str)]
     assert held == []
 

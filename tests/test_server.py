@@ -18,6 +18,7 @@ import pytest
 from servers import serve_in_thread, spawn_server
 
 from searchenv.retrievers.random_retriever import RandomRetriever
+from searchenv.retrievers.remote import RemoteRetriever
 from searchenv.retrievers.server import ServerConfig, add_serve_parser, config_from_args, create_app
 from searchenv.types import Corpus, Passage
 
@@ -211,9 +212,10 @@ def test_lone_requests_are_searched_on_the_event_loop_and_bursts_still_merge(eng
         burst = httpx.get(f"{base}/health").json()["batching"]
         bad = post(base, {"queries": ["boom"]})  # a failing search on the loop fails its request only
         after = post(base, {"queries": ["after boom"]})
-    loop_thread = recording.threads[1]
-    assert recording.threads[0].startswith("searchenv-retrieve")  # the first call: its duration was unknown
-    assert recording.threads[1:4] == [loop_thread] * 3 and loop_thread == "searchenv-uvicorn"
+    assert recording.calls[0] == ["searchenv warm-up"]  # searched once before the server said it was ready
+    loop_thread = recording.threads[2]
+    assert recording.threads[1].startswith("searchenv-retrieve")  # the first request: its duration was unknown
+    assert recording.threads[2:5] == [loop_thread] * 3 and loop_thread == "searchenv-uvicorn"
     assert lone["inline_requests"] == 3 and lone["batches"] == 4
     assert all(r.status_code == 200 for r in responses)
     merged = burst["batches"] - lone["batches"]
@@ -312,6 +314,7 @@ def test_requests_wait_for_an_engine_that_is_still_loading(tmp_path: Path, corpu
 SLOW_LOADING_ENGINE = """
 import time
 from searchenv.retrievers.random_retriever import RandomRetriever
+from searchenv.retrievers.remote import RemoteRetriever
 
 
 def build(corpus, delay):
@@ -328,13 +331,16 @@ def test_contents_are_returned_exactly_as_the_corpus_stores_them(shared_data: Pa
         stored[row["id"]] = row["contents"]
     corpus = Corpus.from_jsonl(union)
     engine = RandomRetriever(corpus, seed=3)
+    queries = [f"q{i}" for i in range(60)]
     with serve_in_thread(create_app(ServerConfig(corpus=str(union)), retriever=engine)) as base:
-        queries = [f"q{i}" for i in range(60)]
         result = post(base, {"queries": queries, "topk": 5, "return_scores": True}).json()["result"]
+        remote = RemoteRetriever(base).search(queries, 5)
     documents = [item["document"] for hits in result for item in hits]
     assert documents and all(doc["contents"] == stored[doc["id"]] for doc in documents)
     quoted = {doc["contents"].startswith('"') for doc in documents}
     assert quoted == {True, False}  # both layouts were served, each as stored
+    # an environment behind the service shows each title line as stored, quotes or none, not re-quoted
+    assert [[p.contents for p in hits] for hits in remote] == [[d["document"]["contents"] for d in r] for r in result]
 
 
 def test_cli_arguments_default_to_loopback_and_reject_missing_corpus(tmp_path: Path, corpus_path: Path) -> None:
