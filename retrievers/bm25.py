@@ -289,8 +289,8 @@ class BM25Retriever:
                         stacklevel=2,
                     )
                     hits.append((np.empty(0, np.int64), np.empty(0, np.float32)))
+        passage = self.corpus.passage
         for i, (positions, scores) in zip(asked, hits, strict=True):
-            passage = self.corpus.passage
             results[i] = [passage(p, s) for p, s in zip(positions.tolist(), scores.tolist(), strict=True)]
         return results
 
