@@ -148,6 +148,22 @@ def test_seeded_and_unseeded_walks_return_the_same_passages(shared_data, native_
             assert [p.score for p in mine] == pytest.approx([p.score for p in theirs], rel=1e-6)
 
 
+def test_batched_search_over_threads_equals_one_thread(shared_data, native_union):
+    """A batch is searched in jobs of consecutive queries that free threads take from a queue (the last job
+    shorter); every query still gets the answer a one-thread search gives it, in the order asked."""
+    with (shared_data / "qa" / "nq_test_1000.jsonl").open(encoding="utf-8") as handle:
+        questions = [json.loads(line)["question"] for line in handle][:203]
+    one, three = NativeEngine(native_union.index_dir, threads=1), NativeEngine(native_union.index_dir, threads=3)
+    for k in (1, 3, 10):
+        expected = one.search(questions, k)
+        # 203 queries: 67 jobs of 3 and one of 2; 5 queries: jobs of 2, 2 and 1; 1 query: this thread alone
+        for batch in (questions, questions[:5], questions[:1]):
+            found = three.search(batch, k)
+            assert len(found) == len(batch)
+            for (docs, scores), (want_docs, want_scores) in zip(found, expected, strict=False):
+                assert np.array_equal(docs, want_docs) and np.array_equal(scores, want_scores)
+
+
 def _ranking(corpus: Corpus, results: list[list[Passage]]) -> tuple[list[list[int]], list[list[float]]]:
     """Corpus positions and scores of every result list (union ids are not positions)."""
     where = {pid: i for i, pid in enumerate(corpus.ids)}
