@@ -3,25 +3,28 @@
 1. Score 1,000 Search-R1-style responses built from NQ questions (one search round, three real wiki-18
    passages, answer right or wrong): skyrl-gym's ``compute_score`` (EM only, regex extraction) against
    searchenv's ``Rollout.from_text`` + ``em`` and + ``format-retrieval`` (format state machine + retrieval hit).
-2. Retrieval hit / recall@3 over the same 1,000 × 3 passages: ``answer_in_passages`` against the per-passage
-   normalise-then-search check Search-R1 uses (skyrl-gym's ``normalize_answer`` on each passage), and one
-   scan of the full 19,637-passage ``union.jsonl`` for 20 questions.
+2. Retrieval hit over the same 1,000 responses (three passages each), with ``--search-r1 PATH``: Search-R1's own
+   ``is_retrieval_correct(response, golden_answers)`` (``verl/utils/reward_score/qa_em_format.py`` of a checkout
+   of github.com/PeterGriffinJin/Search-R1, loaded from that file: it is not a package) against searchenv's
+   ``answer_in_passages`` over the passages the episode recorded.
 3. Adversarial inputs (linear-time reading): ~1 MB responses of unmatched closing tags, unmatched opening tags,
    nested answers, and ~3 MB of search/information cycles, scored by the text path (trusted, all parts) and,
    for a single 1 MB action, by the environment's step.
 
-    python bench/bench_rewards.py [--questions 1000] [--repeats 3]
+    python bench/bench_rewards.py [--questions 1000] [--repeats 3] [--search-r1 PATH/Search-R1]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
@@ -44,16 +47,23 @@ def best_of(repeats: int, fn: Callable[[], object]) -> float:
     return min(times)
 
 
-def peer_hit(golds: list[str], texts: list[str]) -> bool:
-    """Search-R1's retrieval check: normalised gold as a substring of each normalised passage."""
-    answers = [peer.normalize_answer(g) for g in golds]
-    return any(a in peer.normalize_answer(t) for t in texts for a in answers)
+def search_r1_reward_module(checkout: Path) -> ModuleType:
+    """Search-R1's ``qa_em_format.py`` (its retrieval check lives there), imported from a checkout by path."""
+    path = checkout / "verl" / "utils" / "reward_score" / "qa_em_format.py" if checkout.is_dir() else checkout
+    if not path.is_file():
+        raise SystemExit(f"--search-r1: {path} not found; pass a checkout of github.com/PeterGriffinJin/Search-R1")
+    spec = importlib.util.spec_from_file_location("search_r1_qa_em_format", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--search-r1", type=Path, help="a Search-R1 checkout: compare its retrieval check too")
     args = parser.parse_args()
 
     rng = random.Random(0)
@@ -91,21 +101,18 @@ def main() -> None:
     for name, seconds in timings.items():
         print(f"| {name} | {seconds / n * 1e6:.1f} µs/response | {base / seconds:.2f}× skyrl-gym |")
 
-    peer_s = best_of(args.repeats, lambda: [peer_hit(g, t) for _, g, t in cases])
-    ours_s = best_of(args.repeats, lambda: [answer_in_passages(g, t) for _, g, t in cases])
-    ours_hits = sum(answer_in_passages(g, t) for _, g, t in cases)
-    peer_hits = sum(peer_hit(g, t) for _, g, t in cases)
-    print(f"## retrieval hit over {n} × 3 passages (hits: searchenv {ours_hits}, Search-R1 substring {peer_hits})")
-    print(f"| Search-R1 per-passage check | {peer_s / n * 1e6:.1f} µs/question | 1.00× |")
-    print(f"| searchenv answer_in_passages | {ours_s / n * 1e6:.1f} µs/question | {peer_s / ours_s:.2f}× |")
-
-    union = [json.loads(line)["contents"] for line in (SHARED / "corpus" / "union.jsonl").open()]
-    golds = [r["golden_answers"] for r in rows[:20]]
-    peer_s = best_of(1, lambda: [peer_hit(g, union) for g in golds])
-    ours_s = best_of(1, lambda: [answer_in_passages(g, union) for g in golds])
-    print(f"## one scan of {len(union)} passages, {len(golds)} questions")
-    print(f"| Search-R1 per-passage check | {peer_s / len(golds):.2f} s/question | 1.00× |")
-    print(f"| searchenv answer_in_passages | {ours_s / len(golds):.2f} s/question | {peer_s / ours_s:.2f}× |")
+    if args.search_r1 is None:
+        print("## retrieval hit: skipped (pass --search-r1 PATH to time Search-R1's is_retrieval_correct beside ours)")
+    else:
+        search_r1 = search_r1_reward_module(args.search_r1)
+        peer_s = best_of(args.repeats, lambda: [search_r1.is_retrieval_correct(r, g) for r, g, _ in cases])
+        ours_s = best_of(args.repeats, lambda: [answer_in_passages(g, t) for _, g, t in cases])
+        peer_hits = sum(bool(search_r1.is_retrieval_correct(r, g)) for r, g, _ in cases)
+        ours_hits = sum(answer_in_passages(g, t) for _, g, t in cases)
+        print(f"## retrieval hit, {n} responses × 3 passages (hits: Search-R1 {peer_hits}, searchenv {ours_hits})")
+        print(f"| Search-R1 is_retrieval_correct(response) | {peer_s / n * 1e6:.1f} µs/response | 1.00× |")
+        ratio = peer_s / ours_s
+        print(f"| searchenv answer_in_passages(passages) | {ours_s / n * 1e6:.1f} µs/response | {ratio:.2f}× |")
     adversarial(args.repeats)
 
 

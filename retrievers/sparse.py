@@ -894,7 +894,7 @@ class NativeEngine:
                     return
                 _search_kernel(*arguments, start, min(start + size, count), out_docs, out_scores)
 
-        helpers = min(self.threads, len(pending)) - 1  # this thread works too
+        helpers = max(0, min(self.threads, len(pending)) - 1)  # this thread works too
         if helpers:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=self.threads - 1, thread_name_prefix="bm25-native")

@@ -162,6 +162,7 @@ def test_batched_search_over_threads_equals_one_thread(shared_data, native_union
             assert len(found) == len(batch)
             for (docs, scores), (want_docs, want_scores) in zip(found, expected, strict=False):
                 assert np.array_equal(docs, want_docs) and np.array_equal(scores, want_scores)
+    assert three.search([], 3) == [] and one.search([], 3) == []
 
 
 def _ranking(corpus: Corpus, results: list[list[Passage]]) -> tuple[list[list[int]], list[list[float]]]:
