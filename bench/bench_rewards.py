@@ -8,7 +8,7 @@
    of github.com/PeterGriffinJin/Search-R1, loaded from that file: it is not a package) against searchenv's
    ``answer_in_passages`` over the passages the episode recorded.
 3. Adversarial inputs (linear-time reading): ~1 MB responses of unmatched closing tags, unmatched opening tags,
-   nested answers, and ~3 MB of search/information cycles, scored by the text path (trusted, all parts) and,
+   nested answers, and ~3 MB of search/information cycles, scored by the text path (trusted, ``format-retrieval``) and,
    for a single 1 MB action, by the environment's step.
 
     python bench/bench_rewards.py [--questions 1000] [--repeats 3] [--search-r1 PATH/Search-R1]
@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
@@ -28,6 +27,7 @@ from types import ModuleType
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
+from search_r1_peer import import_file  # bench/search_r1_peer.py, beside this script
 from skyrl_gym.envs.search import utils as peer
 
 from searchenv.protocol import PROTOCOLS
@@ -52,11 +52,7 @@ def search_r1_reward_module(checkout: Path) -> ModuleType:
     path = checkout / "verl" / "utils" / "reward_score" / "qa_em_format.py" if checkout.is_dir() else checkout
     if not path.is_file():
         raise SystemExit(f"--search-r1: {path} not found; pass a checkout of github.com/PeterGriffinJin/Search-R1")
-    spec = importlib.util.spec_from_file_location("search_r1_qa_em_format", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(path, "search_r1_qa_em_format")
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 
 def build_index(corpus: Path, index: Path, store_raw: bool = False) -> None:
@@ -45,6 +46,15 @@ def build_index(corpus: Path, index: Path, store_raw: bool = False) -> None:
         jnius.autoclass("io.anserini.index.IndexCollection")(args).run()
 
 
+def import_file(path: Path, name: str) -> ModuleType:
+    """Import one of Search-R1's source files by path: its repository is not an installable package."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def serve(server: Path, corpus: Path, index: Path, port: int, topk: int) -> None:
     """Import Search-R1's server module and run its app exactly as its ``__main__`` block does (BM25 config)."""
     import uvicorn
@@ -53,10 +63,7 @@ def serve(server: Path, corpus: Path, index: Path, port: int, topk: int) -> None
 
     start_jvm()
     os.environ.setdefault("OPENAI_API_KEY", "unused")  # pyserini.encode builds an OpenAI client at import time
-    spec = importlib.util.spec_from_file_location("search_r1_retrieval_server", server)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = import_file(server, "search_r1_retrieval_server")
     module.config = module.Config(
         retrieval_method="bm25",
         index_path=str(index),

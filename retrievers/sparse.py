@@ -887,22 +887,22 @@ class NativeEngine:
         pending = collections.deque(range(0, count, size))  # job starts; popleft is thread-safe
 
         def run_jobs() -> None:
-            while pending:
+            while True:
                 try:
                     start = pending.popleft()
-                except IndexError:  # another thread took the last job
+                except IndexError:  # no job left
                     return
                 _search_kernel(*arguments, start, min(start + size, count), out_docs, out_scores)
 
-        helpers = max(0, min(self.threads, len(pending)) - 1)  # this thread works too
-        if helpers:
+        spare = min(self.threads, len(pending)) - 1  # threads beside this one that would find a job
+        helpers = []
+        if spare > 0:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=self.threads - 1, thread_name_prefix="bm25-native")
-            jobs = [self._pool.submit(run_jobs) for _ in range(helpers)]
+            helpers = [self._pool.submit(run_jobs) for _ in range(spare)]
         run_jobs()
-        if helpers:
-            for job in jobs:
-                job.result()
+        for helper in helpers:
+            helper.result()
         results = []
         for row_docs, row_scores in zip(out_docs, out_scores, strict=True):
             found = row_docs >= 0
