@@ -4,7 +4,7 @@ Trainers with their own tool loop (TRL's ``environment_factory``, veRL's ``ToolA
 ``<tool_call>`` themselves and hand a tool its name and arguments. Stepping each call through the episode as the
 canonical tool-call action keeps every rule of the environment — the action budget, query clipping, failed
 searches, neutralisation, the information cap — and keeps the episode the one record the reward reads. These
-helpers are the shared part of :mod:`searchenv.adapters.trl_tools` and :mod:`searchenv.adapters.verl_tool`.
+helpers are the shared part of :mod:`searchenv.adapters.trl.tools` and :mod:`searchenv.adapters.verl.tool`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from searchenv.protocol import parse_action
 
 if TYPE_CHECKING:
-    from searchenv.env import SearchQAEnv
-    from searchenv.episode import Episode
+    from searchenv.env.search_qa import SearchQAEnv
+    from searchenv.episode.episode import Episode
 
 __all__ = ["BUDGET_OVER", "EPISODE_OVER", "call_action", "check_tool_protocol", "finish_episode", "tool_result"]
 

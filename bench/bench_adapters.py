@@ -32,7 +32,7 @@ def start_server(port: int) -> subprocess.Popen:
     command = [
         sys.executable,
         "-m",
-        "searchenv.retrievers.server",
+        "searchenv.retrievers.server.command",
         "--retriever",
         "bm25",
         "--corpus",
@@ -79,8 +79,8 @@ def main() -> None:
     import skyrl_gym
     from skyrl_gym.envs.search.env import SearchEnv, SearchEnvConfig
 
-    from searchenv.adapters.skyrl import ENV_ID, register_skyrl_env
-    from searchenv.data import load_dataset
+    from searchenv.adapters.skyrl.env import ENV_ID, register_skyrl_env
+    from searchenv.data.datasets import load_dataset
 
     examples = load_dataset(SHARED / "qa" / "nq_test_1000.jsonl")[: args.episodes]
     rows = [(e.question, list(e.golden_answers)) for e in examples]

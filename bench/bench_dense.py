@@ -8,7 +8,7 @@ Vectors:
   passage vectors of FlashRAG's sample index (``--e5-index``): real E5 geometry — a strong shared direction
   (mean norm 0.84, pairwise cosine ≈ 0.7) and an anisotropic spread — that isotropic noise lacks.
 * ``--source DIR``: real passage vectors from an embedding cache directory (``vectors-*.npy`` written by
-  ``searchenv.retrievers.embed``); queries are the MiniLM embeddings of ``--questions`` (real NQ questions).
+  ``dense.embedding_cache``); queries are the MiniLM embeddings of ``--questions`` (real NQ questions).
 
 The GEMM floor is the time numpy takes for the same inner products (``queries @ vectors.T``, in blocks)
 without any top-k selection: no exact search on this CPU can beat it.
@@ -83,7 +83,7 @@ def e5_like_vectors(n: int, index_path: Path, seed: int, *, per_cluster: int = 2
 
 
 def real_vectors(directory: Path, questions: Path, n_queries: int) -> tuple[np.ndarray, np.ndarray]:
-    from searchenv.retrievers.encoder import load_encoder
+    from searchenv.retrievers.dense.encoders import load_encoder
 
     files = sorted(directory.glob("vectors-*.npy"))
     if not files:
@@ -152,7 +152,7 @@ def measure_factory(spec: str, vectors: np.ndarray, queries: np.ndarray, truth: 
 
 def measure_reranked(vectors: np.ndarray, queries: np.ndarray, truth: np.ndarray, args) -> list[dict]:
     """searchenv's e5-ivfpq path: IVF-PQ candidates re-ranked exactly from a memory-mapped fp16 vector file."""
-    from searchenv.retrievers.ivfpq import RerankedIVFPQ, default_pq_m, train_ivfpq, write_fp16_vectors
+    from searchenv.retrievers.dense.ivfpq import RerankedIVFPQ, default_pq_m, train_ivfpq, write_fp16_vectors
 
     n, dim = vectors.shape
     nlist, pq_m = args.ivfpq, default_pq_m(dim)

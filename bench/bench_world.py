@@ -26,8 +26,8 @@ UNION = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "corpus
 
 _CHILD = """
 import json, resource, sys, time
-from searchenv.types import Corpus
-from searchenv.world import generate_world, write_world
+from searchenv.corpus import Corpus
+from searchenv.data.world.generator import generate_world, write_world
 size, seed, peer, stream = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 wall, cpu = time.perf_counter(), time.process_time()

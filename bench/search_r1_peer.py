@@ -11,7 +11,7 @@ the path of its ``search_r1/search/retrieval_server.py``. Two steps, as its READ
         --index /tmp/sr1-bm25 --port 8001
 
 Only two things differ from running ``python retrieval_server.py`` directly, neither on the request path: the
-JVM is started by searchenv's :func:`~searchenv.retrievers.lucene.start_jvm` (pyserini's own JVM options ask
+JVM is started by searchenv's :func:`~searchenv.retrievers.bm25.lucene.start_jvm` (pyserini's own JVM options ask
 for a module the bundled Java 21 runtime lacks), and uvicorn binds the given loopback port instead of its
 hard-coded ``0.0.0.0:8000``. Its ``Config``, ``get_retriever`` and FastAPI ``app`` are used as they are.
 """
@@ -34,7 +34,7 @@ def build_index(corpus: Path, index: Path, store_raw: bool = False) -> None:
     ``store_raw`` adds Anserini's ``-storeRaw`` (as prebuilt pyserini indexes have): the server then reads each
     hit's document from the index instead of from the corpus loaded with ``datasets``.
     """
-    from searchenv.retrievers.lucene import start_jvm
+    from searchenv.retrievers.bm25.lucene import start_jvm
 
     jnius = start_jvm()
     with tempfile.TemporaryDirectory(prefix="sr1-collection-") as collection:
@@ -59,7 +59,7 @@ def serve(server: Path, corpus: Path, index: Path, port: int, topk: int) -> None
     """Import Search-R1's server module and run its app exactly as its ``__main__`` block does (BM25 config)."""
     import uvicorn
 
-    from searchenv.retrievers.lucene import start_jvm
+    from searchenv.retrievers.bm25.lucene import start_jvm
 
     start_jvm()
     os.environ.setdefault("OPENAI_API_KEY", "unused")  # pyserini.encode builds an OpenAI client at import time

@@ -19,7 +19,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from searchenv.types import Corpus, Retriever
+from searchenv.corpus import Corpus
+from searchenv.types import Retriever
 
 __all__ = [
     "CORPUS_FREE",
@@ -34,11 +35,11 @@ __all__ = [
 #: name → "module:factory"; a factory is called as ``factory(corpus, **options)``.
 RETRIEVERS: dict[str, str] = {
     "random": "searchenv.retrievers.random_retriever:RandomRetriever",
-    "bm25": "searchenv.retrievers.bm25:BM25Retriever",
-    "e5-exact": "searchenv.retrievers.dense:exact_retriever",
-    "e5-hnsw": "searchenv.retrievers.dense:hnsw_retriever",
-    "e5-ivfpq": "searchenv.retrievers.dense:ivfpq_retriever",
-    "web": "searchenv.retrievers.web_search:BraveSearchRetriever",
+    "bm25": "searchenv.retrievers.bm25.retriever:BM25Retriever",
+    "e5-exact": "searchenv.retrievers.dense.retriever:exact_retriever",
+    "e5-hnsw": "searchenv.retrievers.dense.retriever:hnsw_retriever",
+    "e5-ivfpq": "searchenv.retrievers.dense.retriever:ivfpq_retriever",
+    "web": "searchenv.retrievers.http.web_search:BraveSearchRetriever",
 }
 
 #: Registered retrievers that search no corpus of ours (``corpus`` may be ``None`` for them).
@@ -107,7 +108,7 @@ RETRIEVER_OPTIONS: dict[str, dict[str, type]] = {
     },
 }
 
-#: Options of the HTTP client (:class:`~searchenv.retrievers.remote.RemoteRetriever`) used for ``http(s)://`` URLs.
+#: Options of the HTTP client (:class:`~searchenv.retrievers.http.remote.RemoteRetriever`) used for ``http(s)://`` URLs.
 REMOTE_OPTIONS: dict[str, type] = {
     "timeout": float,
     "retry_window": float,
@@ -185,7 +186,7 @@ def check_retriever_options(spec: str, options: Mapping[str, Any]) -> None:
         if not _type_ok(value, accepted[key]):
             raise ValueError(f"{what}: option {key!r} must be {accepted[key].__name__}, got {value!r}")
     if spec == "bm25" and options.get("engine") is not None:
-        from searchenv.retrievers.bm25 import ENGINES
+        from searchenv.retrievers.bm25.retriever import ENGINES
 
         if options["engine"] not in ENGINES:
             raise ValueError(f"unknown BM25 engine {options['engine']!r}; choose one of {', '.join(ENGINES)}")
@@ -208,7 +209,7 @@ def make_retriever(spec: str | Retriever, corpus: Corpus | None = None, **option
         raise TypeError(f"retriever must be a name, a URL or an object with search(queries, k); got {type(spec)!r}")
     check_retriever_options(spec, options)
     if _is_url(spec):
-        from searchenv.retrievers.remote import RemoteRetriever
+        from searchenv.retrievers.http.remote import RemoteRetriever
 
         return RemoteRetriever(spec, **options)
     if corpus is None and spec not in CORPUS_FREE:

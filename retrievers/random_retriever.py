@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from searchenv.types import Corpus, Passage
+from searchenv.corpus import Corpus
+from searchenv.types import Passage
 
 __all__ = ["RandomRetriever"]
 

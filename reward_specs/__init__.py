@@ -1,11 +1,14 @@
 """Reward specifications: answer metrics, the format check and declarative reward specs.
 
 ``load_reward("format", lambda_f=0.4)`` builds a reward; ``Rollout.from_text(response, golds)`` turns a
-text-only trainer's response into what every reward reads. See :mod:`searchenv.reward_specs.spec` for the
-formulas and :mod:`searchenv.reward_specs.base` for the contract. Nothing here imports a heavy library.
+text-only trainer's response into what every reward reads. See :mod:`searchenv.reward_specs.formulas` for the
+formulas and :mod:`searchenv.episode.rollout` for the contract. Nothing here imports a heavy library.
 """
 
-from searchenv.reward_specs.base import RewardResult, RewardSpec, Rollout
+from searchenv.episode.rollout import RewardResult, RewardSpec, Rollout
+from searchenv.reward_specs.format_check import FormatCheck, check_format
+from searchenv.reward_specs.formulas import FORMULAS, METRICS, RewardSpecError
+from searchenv.reward_specs.loader import REWARD_SPECS, load_reward
 from searchenv.reward_specs.metrics import (
     answer_in_passages,
     cover_exact_match,
@@ -13,8 +16,6 @@ from searchenv.reward_specs.metrics import (
     f1_score,
     normalize_answer,
 )
-from searchenv.reward_specs.spec import FORMULAS, METRICS, REWARD_SPECS, RewardSpecError, load_reward
-from searchenv.reward_specs.wellformed import FormatCheck, check_format
 
 __all__ = [
     "FORMULAS",

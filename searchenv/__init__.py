@@ -14,28 +14,28 @@ from searchenv.registration import ENV_ID, register_envs
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Corpus": "searchenv.types",
+    "Corpus": "searchenv.corpus",
     "Passage": "searchenv.types",
     "QAExample": "searchenv.types",
     "Retriever": "searchenv.types",
     "Protocol": "searchenv.protocol",
     "PROTOCOLS": "searchenv.protocol",
     "parse_action": "searchenv.protocol",
-    "Episode": "searchenv.episode",
-    "Segment": "searchenv.episode",
-    "SearchQAEnv": "searchenv.env",
-    "StepResult": "searchenv.env",
-    "step_batch": "searchenv.env",
-    "step_batch_async": "searchenv.env",
-    "SearchQAVectorEnv": "searchenv.vector_env",
+    "Episode": "searchenv.episode.episode",
+    "Segment": "searchenv.episode.episode",
+    "SearchQAEnv": "searchenv.env.search_qa",
+    "StepResult": "searchenv.env.search_qa",
+    "step_batch": "searchenv.env.search_qa",
+    "step_batch_async": "searchenv.env.search_qa",
+    "SearchQAVectorEnv": "searchenv.env.vector",
     "EpisodeTokens": "searchenv.tokenization",
     "TokenizedEpisode": "searchenv.tokenization",
     "encode_prompt": "searchenv.tokenization",
     "tokenize_episode": "searchenv.tokenization",
-    "load_dataset": "searchenv.data",
+    "load_dataset": "searchenv.data.datasets",
     "make_retriever": "searchenv.retrievers",
     "load_reward": "searchenv.reward_specs",
-    "generate_world": "searchenv.world",
+    "generate_world": "searchenv.data.world.generator",
     "filled": "searchenv.lazy",
 }
 
@@ -68,17 +68,18 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from searchenv.data import load_dataset
-    from searchenv.env import SearchQAEnv, StepResult, step_batch, step_batch_async
-    from searchenv.episode import Episode, Segment
+    from searchenv.corpus import Corpus
+    from searchenv.data.datasets import load_dataset
+    from searchenv.data.world.generator import generate_world
+    from searchenv.env.search_qa import SearchQAEnv, StepResult, step_batch, step_batch_async
+    from searchenv.env.vector import SearchQAVectorEnv
+    from searchenv.episode.episode import Episode, Segment
     from searchenv.lazy import filled
     from searchenv.protocol import PROTOCOLS, Protocol, parse_action
     from searchenv.retrievers import make_retriever
     from searchenv.reward_specs import load_reward
     from searchenv.tokenization import EpisodeTokens, TokenizedEpisode, encode_prompt, tokenize_episode
-    from searchenv.types import Corpus, Passage, QAExample, Retriever
-    from searchenv.vector_env import SearchQAVectorEnv
-    from searchenv.world import generate_world
+    from searchenv.types import Passage, QAExample, Retriever
 
 
 def __getattr__(name: str) -> Any:

@@ -15,14 +15,12 @@ Two rules:
   paths, and lists or mappings of those) returns one shared instance per distinct set of arguments for the
   life of the process: a hundred environments over ``corpus="wiki.jsonl", retriever="bm25"`` read the corpus
   and build the index once. Corpus, dataset, reward and encoder paths are compared after ``os.path.abspath``.
-  An argument that is an object (a :class:`~searchenv.types.Corpus`, an encoder, a retriever, a reward spec)
+  An argument that is an object (a :class:`~searchenv.corpus.Corpus`, an encoder, a retriever, a reward spec)
   is used as given and nothing built from it is cached: the caller owns it. A file is read once per key, so a
   file changed on disk after its first use is seen only after :func:`clear_cache` (which also lets the memory
   go once no environment holds the instances).
 
-Split: :data:`DEFAULT_SPLIT` is ``"train"`` for every entry point. An environment exists to be trained in, and
-a default that is safe for training keeps held-out questions out of a run that did not ask for them;
-evaluations name their split (``split="test"``, ``--split test``).
+Split: :data:`searchenv.data.datasets.DEFAULT_SPLIT` (``"train"``) for every entry point.
 """
 
 from __future__ import annotations
@@ -35,15 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from searchenv.types import Corpus, QAExample, Retriever
+from searchenv.corpus import Corpus
+from searchenv.data.datasets import DEFAULT_SPLIT
+from searchenv.types import QAExample, Retriever
 
 if TYPE_CHECKING:
     from searchenv.protocol import Protocol
-    from searchenv.retrievers.encoder import Encoder
+    from searchenv.retrievers.dense.encoders import Encoder
     from searchenv.reward_specs import RewardSpec
 
 __all__ = [
-    "DEFAULT_SPLIT",
     "EnvComponents",
     "build_retriever",
     "build_reward",
@@ -58,8 +57,6 @@ __all__ = [
     "load_examples",
 ]
 
-#: The split every entry point uses when none is given (see the module docstring for why ``train``).
-DEFAULT_SPLIT = "train"
 
 _DENSE_ENGINES = ("e5-exact", "e5-hnsw")
 _OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -144,12 +141,12 @@ def _is_world(value: Any) -> bool:
 
 def check_dataset(dataset: Any, split: str = DEFAULT_SPLIT, data_dir: str | os.PathLike[str] | None = None) -> None:
     """Raise if ``dataset``/``split`` cannot name questions: unknown name, missing file, split it lacks."""
-    from searchenv.data import HUB_DATASETS
+    from searchenv.data.datasets import HUB_DATASETS
 
     if not isinstance(split, str):
         raise ValueError(f"split must be a string such as 'train' or 'test', got {split!r}")
     if _is_world(dataset):
-        from searchenv.world import SPLITS
+        from searchenv.data.world.generator import SPLITS
 
         if split not in SPLITS:
             raise ValueError(f"the embedded world has splits {list(SPLITS)}, not {split!r}")
@@ -184,7 +181,7 @@ def check_encoder(encoder: Any) -> None:
     folder, or a hub name — which, when the hub is switched off (``HF_HUB_OFFLINE=1``), must be in the local
     hub cache.
     """
-    from searchenv.retrievers.encoder import DEFAULT_ENCODER
+    from searchenv.retrievers.dense.encoders import DEFAULT_ENCODER
 
     if encoder is not None and not isinstance(encoder, (str, os.PathLike)):
         return
@@ -294,7 +291,7 @@ def load_corpus(corpus: str | os.PathLike[str] | Corpus | None = None, *, shared
     if isinstance(corpus, Corpus):
         return corpus
     if corpus is None or _is_world(corpus):
-        from searchenv.world import default_world
+        from searchenv.data.world.generator import default_world
 
         return default_world().corpus
     path = _path_key(corpus)
@@ -310,11 +307,11 @@ def load_examples(
     data_dir: str | os.PathLike[str] | None = None,
     limit: int | None = None,
 ) -> list[QAExample]:
-    """The questions of a dataset (see :func:`searchenv.data.load_dataset`), read once per name/path and split.
+    """The questions of a dataset (see :func:`searchenv.data.datasets.load_dataset`), read once per name/path and split.
 
     Each call returns a new list (of the shared, immutable examples), so a caller may reorder or cut its own.
     """
-    from searchenv.data import load_dataset
+    from searchenv.data.datasets import load_dataset
 
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive integer, got {limit!r}")
@@ -344,8 +341,9 @@ def build_reward(reward: Any = "em", **overrides: Any) -> RewardSpec:
 
 
 def load_encoder(encoder: Any = None, **options: Any) -> Encoder:
-    """A dense encoder (see :func:`searchenv.retrievers.encoder.load_encoder`), loaded once per name and options."""
-    from searchenv.retrievers.encoder import load_encoder as load
+    """A dense encoder (see :func:`~searchenv.retrievers.dense.encoders.load_encoder`), loaded once per name and
+    options."""
+    from searchenv.retrievers.dense.encoders import load_encoder as load
 
     check_encoder(encoder)
     name = encoder if not isinstance(encoder, (str, os.PathLike)) or not Path(encoder).is_dir() else _path_key(encoder)

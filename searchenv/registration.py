@@ -15,7 +15,7 @@ def register_envs() -> None:
         return
     gym.register(
         id=ENV_ID,
-        entry_point="searchenv.env:SearchQAEnv",
-        vector_entry_point="searchenv.vector_env:SearchQAVectorEnv",
+        entry_point="searchenv.env.search_qa:SearchQAEnv",
+        vector_entry_point="searchenv.env.vector:SearchQAVectorEnv",
         disable_env_checker=False,
     )

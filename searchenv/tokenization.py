@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from searchenv.episode import Episode
+from searchenv.episode.episode import Episode
 from searchenv.protocol import Protocol, parse_action
 
 __all__ = [
@@ -73,7 +73,7 @@ def render_prompt(
 
     For servers that take text (an OpenAI-compatible completions endpoint) as well as for token ids.
     """
-    from searchenv.tool_calls import declare_tools
+    from searchenv.protocol.tool_calls import declare_tools
 
     use_template = chat_template if chat_template is not None else bool(getattr(tokenizer, "chat_template", None))
     prompt_text = defuse_special_tokens(prompt_text, tokenizer)
@@ -282,7 +282,7 @@ def tokenize_episode(
         )
     tools = None
     if episode.protocol.tools_json:
-        from searchenv.tool_calls import tools_of
+        from searchenv.protocol.tool_calls import tools_of
 
         tools = tools_of(episode.protocol)
     prompt_ids = encode_prompt(tokenizer, episode.prompt, chat_template, tools)

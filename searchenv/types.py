@@ -1,4 +1,4 @@
-"""The small value types every layer shares: passages, corpora, questions and the retriever contract.
+"""The small value types every layer shares: passages, questions and the retriever contract.
 
 They live in one module so that data flows one way — dataset → episode → protocol → retriever → reward
 spec → adapter — without any of those layers importing another just to name a type.
@@ -6,22 +6,14 @@ spec → adapter — without any of those layers importing another just to name 
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
-    "Corpus",
     "Passage",
     "QAExample",
     "Retriever",
-    "checksum_update",
-    "corpus_line",
-    "parse_corpus_row",
     "split_contents",
 ]
 
@@ -74,39 +66,6 @@ def split_contents(contents: str) -> tuple[str, str]:
     return title, text.strip()
 
 
-def corpus_line(id_: str, title: str, text: str) -> str:
-    """One jsonl line of a corpus in Search-R1's layout (``contents = '"Title"\\ntext'``), newline included."""
-    return json.dumps({"id": id_, "contents": f'"{title}"\n{text}'}, ensure_ascii=False) + "\n"
-
-
-def parse_corpus_row(line: str | bytes, path: object, line_no: int | None) -> tuple[str, str, str, str]:
-    """``(id, title, text, contents)`` of one corpus jsonl line; ``contents`` is the field exactly as stored.
-
-    Rows may carry ``title`` and ``text`` instead of ``contents``; their ``contents`` is then composed in
-    Search-R1's layout. A malformed line raises a ``ValueError`` naming ``path:line_no``.
-    """
-    try:
-        row = json.loads(line.decode() if isinstance(line, bytes) else line)  # decoding first skips json's sniffing
-        if "contents" in row:
-            contents = row["contents"]
-            title, text = split_contents(contents)
-        else:
-            title, text = str(row["title"]), str(row["text"])
-            contents = f'"{title}"\n{text}'
-        return str(row["id"]), title, text, contents
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
-        where = f"{path}:{line_no}" if line_no is not None else str(path)
-        raise ValueError(
-            f"{where}: not a corpus row ({exc!r}); each line must be a JSON object with "
-            "'id' and 'contents' (\"Title\\ntext\") or 'id', 'title' and 'text'"
-        ) from None
-
-
-def checksum_update(digest: Any, id_: str, title: str, text: str) -> None:
-    """Feed one passage into a corpus checksum (sha256 over ids, titles and texts, in corpus order)."""
-    digest.update(b"".join((id_.encode(), b"\x00", title.encode(), b"\x00", text.encode(), b"\x01")))
-
-
 @dataclass(frozen=True, slots=True)
 class QAExample:
     """One question with its gold answers, as every dataset loader yields it."""
@@ -124,115 +83,6 @@ class QAExample:
             raise ValueError(
                 f"QAExample {self.id!r}: golden_answers must be a sequence of strings, got {self.golden_answers!r}"
             )
-
-
-class Corpus(Sequence[Passage]):
-    """A passage collection with stable integer positions; this class holds it in memory.
-
-    Retrievers index positions ``0..len-1``; :meth:`passage` turns a position (and a score) back into a
-    :class:`Passage`. Titles and texts are kept in two flat lists, which costs far less memory than a
-    million ``Passage`` objects. :meth:`from_jsonl` returns a disk-backed subclass with the same interface
-    (:class:`searchenv.corpus_store.DiskCorpus`).
-    """
-
-    __slots__ = ("_checksum", "ids", "source", "texts", "titles")
-
-    def __init__(self, ids: Sequence[str], titles: Sequence[str], texts: Sequence[str], source: str = "<memory>"):
-        if not (len(ids) == len(titles) == len(texts)):
-            raise ValueError(
-                f"Corpus columns differ in length: {len(ids)} ids, {len(titles)} titles, {len(texts)} texts"
-            )
-        self.ids = list(ids)
-        self.titles = list(titles)
-        self.texts = list(texts)
-        self.source = source
-        self._checksum: str | None = None
-
-    @classmethod
-    def from_passages(cls, passages: Iterable[Passage], source: str = "<memory>") -> Corpus:
-        ids, titles, texts = [], [], []
-        for p in passages:
-            ids.append(p.id)
-            titles.append(p.title)
-            texts.append(p.text)
-        return cls(ids, titles, texts, source=source)
-
-    @classmethod
-    def from_jsonl(cls, path: str | os.PathLike[str], *, in_memory: bool = False) -> Corpus:
-        """Open a FlashRAG / Search-R1 corpus: one ``{"id", "contents"}`` object per line.
-
-        By default the passages stay on disk (:class:`searchenv.corpus_store.DiskCorpus`: a cached offset
-        table and a memory map, so wiki-18's 21M passages cost no RAM); ``in_memory=True`` reads them all
-        into lists instead. Rows may also carry ``title`` and ``text`` instead of ``contents``. A malformed
-        line raises a ``ValueError`` naming the file and line number rather than being skipped silently.
-        """
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"corpus file not found: {path} (expected a jsonl of {{'id','contents'}} rows)")
-        if not in_memory:
-            from searchenv.corpus_store import DiskCorpus
-
-            return DiskCorpus(path)
-        ids, titles, texts = [], [], []
-        with path.open(encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, 1):
-                if line.strip():
-                    id_, title, text, _ = parse_corpus_row(line, path, line_no)
-                    ids.append(id_)
-                    titles.append(title)
-                    texts.append(text)
-        if not ids:
-            raise ValueError(f"corpus file {path} holds no passages")
-        return cls(ids, titles, texts, source=str(path))
-
-    def to_jsonl(self, path: str | os.PathLike[str]) -> None:
-        """Write the corpus in Search-R1's layout (``contents = '"Title"\\ntext'``).
-
-        Written under a temporary name and renamed over ``path``, so a reader that has the old file mapped
-        keeps reading the old file and never sees a half-written one.
-        """
-        path = Path(path)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-        with partial.open("w", encoding="utf-8") as handle:
-            handle.writelines(corpus_line(p.id, p.title, p.text) for p in self)
-        partial.replace(path)
-
-    def passage(self, position: int, score: float = 0.0) -> Passage:
-        return Passage(self.ids[position], self.titles[position], self.texts[position], float(score))
-
-    def search_text(self, position: int) -> str:
-        """The text a retriever indexes: title and passage, as Search-R1's indexes do."""
-        return f"{self.titles[position]}\n{self.texts[position]}"
-
-    def contents(self, position: int) -> str:
-        """The passage's ``contents`` field as the corpus file stores it (title quotes included or not);
-        for passages built in memory, Search-R1's layout ``"Title"\\ntext``."""
-        return f'"{self.titles[position]}"\n{self.texts[position]}'
-
-    @property
-    def checksum(self) -> str:
-        """A content hash (sha256 over ids, titles and texts) that index directories record."""
-        if self._checksum is None:
-            digest = hashlib.sha256()
-            for i, t, x in zip(self.ids, self.titles, self.texts, strict=True):
-                checksum_update(digest, i, t, x)
-            self._checksum = digest.hexdigest()
-        return self._checksum
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, position: int) -> Passage:  # type: ignore[override]
-        if isinstance(position, slice):
-            raise TypeError("Corpus does not support slicing; use corpus.passage(i) in a loop")
-        return self.passage(position)
-
-    def __iter__(self) -> Iterator[Passage]:
-        for i in range(len(self)):
-            yield self.passage(i)
-
-    def __repr__(self) -> str:
-        return f"Corpus({len(self)} passages from {self.source})"
 
 
 @runtime_checkable

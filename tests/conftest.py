@@ -37,7 +37,7 @@ def smollm2_dir(tmp_path_factory) -> Path:
     """SmolLM2-135M-Instruct de-quantised from its GGUF once per test session (~20 s) and saved as a regular
     checkpoint; tests that train load their own copy from here (< 1 s) so they never share mutated weights."""
     pytest.importorskip("transformers")
-    from searchenv.adapters.generation import load_policy
+    from searchenv.adapters.rollout.generation import load_policy
 
     cache = tmp_path_factory.mktemp("models")
     load_policy("smollm2-135m", cache_dir=cache)

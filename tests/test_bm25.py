@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from searchenv.corpus import Corpus
 from searchenv.retrievers import make_retriever
-from searchenv.retrievers.analysis import EnglishAnalyzer
-from searchenv.retrievers.bm25 import ENGINES, BM25Retriever, tie_tolerant_agreement
+from searchenv.retrievers.bm25.analyzer import EnglishAnalyzer
+from searchenv.retrievers.bm25.native.engine import SEED_FROM_BLOCKS, NativeEngine, build_native_index, lucene_length
+from searchenv.retrievers.bm25.retriever import ENGINES, BM25Retriever, tie_tolerant_agreement
 from searchenv.retrievers.index_store import MANIFEST_NAME, IndexMismatchError
-from searchenv.retrievers.sparse import SEED_FROM_BLOCKS, NativeEngine, build_native_index, lucene_length
-from searchenv.types import Corpus, Passage
+from searchenv.types import Passage
 
 TINY = Corpus.from_passages(
     [
@@ -172,7 +173,7 @@ def _ranking(corpus: Corpus, results: list[list[Passage]]) -> tuple[list[list[in
 
 
 def test_analyzer_matches_lucene_terms(union, questions):
-    from searchenv.retrievers.lucene import lucene_analyze
+    from searchenv.retrievers.bm25.lucene import lucene_analyze
 
     texts = [union.search_text(i) for i in range(0, len(union), 40)] + questions
     ours = EnglishAnalyzer().analyze_many(texts)
@@ -183,7 +184,7 @@ def test_analyzer_matches_lucene_terms(union, questions):
 
 
 def test_document_length_rounding_matches_lucene_norms():
-    from searchenv.retrievers.lucene import start_jvm
+    from searchenv.retrievers.bm25.lucene import start_jvm
 
     small_float = start_jvm().autoclass("org.apache.lucene.util.SmallFloat")
     lengths = np.r_[np.arange(0, 3000), [10_000, 123_456, 2**31 - 1]]
@@ -251,7 +252,8 @@ def test_lucene_needs_neither_java_home_nor_openai_key(monkeypatch, tmp_path):
         f"""
         import os
         from searchenv.retrievers import make_retriever
-        from searchenv.types import Corpus, Passage
+        from searchenv.corpus import Corpus
+        from searchenv.types import Passage
         corpus = Corpus.from_passages([Passage("a", "Alps", "mountains of Europe"), Passage("b", "Nile", "a river")])
         hits = make_retriever("bm25", corpus, engine="lucene", index_dir={str(tmp_path / "idx")!r},
                               show_progress=False).search(["longest river"], k=1)
@@ -288,8 +290,8 @@ def test_build_with_forgetful_workers_writes_the_same_index(tmp_path, union, mon
     """Workers that start their token tables afresh between segments (a bounded memory) change no byte."""
     import functools
 
-    from searchenv.retrievers import sparse
-    from searchenv.retrievers.segment_postings import SegmentAnalyser
+    from searchenv.retrievers.bm25.native import engine as sparse
+    from searchenv.retrievers.bm25.native.segments import SegmentAnalyser
 
     texts = [union.search_text(i) for i in range(1500)]
     build_native_index(texts, tmp_path / "plain", 0.9, 0.4, segment_docs=200, show_progress=False)
@@ -352,7 +354,7 @@ def test_mapped_term_table_finds_what_a_dictionary_finds(tmp_path, union, questi
 
 def test_index_without_the_term_table_gets_it_once(tmp_path, monkeypatch):
     """An index written before the lookup files existed gets them derived, the same bytes a build writes."""
-    from searchenv.retrievers import term_lookup
+    from searchenv.retrievers.bm25.native import term_lookup
 
     build_native_index([TINY.search_text(i) for i in range(len(TINY))], tmp_path, 0.9, 0.4, show_progress=False)
     table = {name: (tmp_path / name).read_bytes() for name in ("term_starts.npy", "term_order.npy")}
@@ -419,7 +421,7 @@ def _mixed_script_strings(count: int, seed: int) -> list[str]:
 
 def test_analyzer_matches_real_lucene_on_mixed_scripts_symbols_and_emoji():
     """Exactly Lucene's terms for every fragment alone and for 400 random mixed-script strings."""
-    from searchenv.retrievers.lucene import lucene_analyze
+    from searchenv.retrievers.bm25.lucene import lucene_analyze
 
     texts = _FRAGMENTS + _mixed_script_strings(400, seed=0) + ["ÄÖÜ 東京 ♭ ♮"]
     ours = EnglishAnalyzer().analyze_many(texts)
@@ -436,7 +438,7 @@ def test_symbols_lucene_keeps_are_found_natively():
 
 
 def test_jsonl_stream_gives_the_corpus_search_texts(tmp_path, shared_data):
-    from searchenv.retrievers.sparse import jsonl_search_texts
+    from searchenv.retrievers.bm25.native.engine import jsonl_search_texts
 
     path = shared_data / "corpus" / "union.jsonl"
     corpus = Corpus.from_jsonl(path)
@@ -483,8 +485,8 @@ def test_compiled_segment_analysis_gives_exactly_the_analyzer_terms(monkeypatch)
     """ASCII passages (compiled scan), plain non-ASCII ones (compiled, by code point) and the rest (the analyzer's
     full Unicode rules), interleaved and over several chunks: the same terms, tfs, lengths and term numbering —
     also from a worker that forgets its tables between segments."""
-    from searchenv.retrievers import segment_postings
-    from searchenv.retrievers.segment_postings import SegmentAnalyser
+    from searchenv.retrievers.bm25.native import segments as segment_postings
+    from searchenv.retrievers.bm25.native.segments import SegmentAnalyser
 
     rng = random.Random(1)
     ascii_texts = ["".join(rng.choice("aB_z09.:',;- \n\t\"Zy1") for _ in range(rng.randint(0, 80))) for _ in range(300)]
@@ -507,8 +509,8 @@ def test_compiled_segment_analysis_gives_exactly_the_analyzer_terms(monkeypatch)
 
 def test_token_table_grows_and_keeps_every_token_apart():
     """From a table of 4 slots: the ASCII scan gives the analyzer's raw tokens, each distinct token one id."""
-    from searchenv.retrievers.analysis import _ASCII_TOKEN
-    from searchenv.retrievers.token_table import TokenTable
+    from searchenv.retrievers.bm25.analyzer import _ASCII_TOKEN
+    from searchenv.retrievers.bm25.native.token_table import TokenTable
 
     rng = random.Random(3)
     texts = ["".join(rng.choice("aB_z09.:',;- Zy1") for _ in range(rng.randint(0, 60))) for _ in range(3000)]
@@ -529,7 +531,7 @@ def test_token_table_grows_and_keeps_every_token_apart():
 def test_disk_corpus_build_reads_the_search_texts(tmp_path, monkeypatch):
     """A build over a DiskCorpus (its segments read straight from the file, blank lines and both row layouts
     included) writes the same index as one over the corpus's search texts."""
-    from searchenv.corpus_store import DiskCorpus
+    from searchenv.corpus import DiskCorpus
 
     monkeypatch.setenv("SEARCHENV_CACHE_DIR", str(tmp_path / "cache"))
     rows = [{"id": str(i), "contents": f'"Title {i}"\nSome text number {i}, naïve café 東京.'} for i in range(250)]

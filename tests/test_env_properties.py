@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from toyworld import CORPUS, QUESTIONS
 
 from searchenv import PROTOCOLS, SearchQAEnv, parse_action
+from searchenv.episode.turns import Facts
 from searchenv.protocol import ParsedAction, Protocol
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.transcript import Facts
 
 TAGS = ["<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>", "<information>", "</information>"]
 fragments = st.one_of(st.text(max_size=40), st.sampled_from(TAGS), st.sampled_from(["\n", " ", "\x00", "\ud7ff", "🙂"]))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from searchenv.cli import main
+from searchenv.cli.main import main
 from searchenv.evaluation import suite
 from searchenv.evaluation.checkpoint import RUN_FILE, read_run_settings, replay_settings
 from searchenv.evaluation.evalset import build_eval_set, write_eval_set
@@ -31,7 +31,7 @@ def _records(folder: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def local_policy(smollm2_dir):
-    from searchenv.adapters.generation import load_policy
+    from searchenv.adapters.rollout.generation import load_policy
 
     model, tokenizer = load_policy(str(smollm2_dir))
     return LocalPolicy(model, tokenizer, EvalSampling(max_new_tokens=12), chat_template=False, name="smollm2")
@@ -200,7 +200,7 @@ def test_plot_series_never_share_a_colour():
 
 
 def test_mixed_eval_set_uses_dev_where_there_is_no_test(shared_data, tmp_path):
-    from searchenv.data import load_dataset
+    from searchenv.data.datasets import load_dataset
 
     for name, split, source in (("nq", "test", "nq_test_1000"), ("hotpotqa", "dev", "hotpotqa_100")):
         (tmp_path / name).mkdir()

@@ -12,9 +12,10 @@ import pytest
 
 import searchenv  # noqa: F401 - registers SearchQA-v0
 from searchenv import SearchQAEnv
+from searchenv.episode.rollout import Rollout
 from searchenv.lazy import LazyDict, LazyKeys, computed_once
-from searchenv.reward_specs import spec as spec_module
-from searchenv.reward_specs.base import Rollout
+from searchenv.reward_specs import formulas as spec_module
+from searchenv.reward_specs import load_reward
 
 VALUES = {"em": 1.0, "f1": 0.5, "format_ok": 0.0}
 
@@ -130,7 +131,7 @@ def test_answer_step_runs_the_format_grammar_only_when_read(monkeypatch) -> None
     _, reward, terminated, _, info = env.step(f"<think>sure</think><answer>{info['golden_answers'][0]}</answer>")
     assert terminated and reward == 1.0 and runs == []
     eager = Rollout.from_episode(env.episode)
-    expected = dict(spec_module.load_reward("em")(eager).parts)
+    expected = dict(load_reward("em")(eager).parts)
     assert dict(info["reward_parts"]) == expected
     assert sorted(runs) == ["answer_in_passages", "answer_in_passages", "check_format", "check_format"]
     assert info["episode_metrics"]["reward/format_ok"] == expected["format_ok"]

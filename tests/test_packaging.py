@@ -51,12 +51,12 @@ def test_wheel_in_clean_virtualenv(tmp_path):
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert top_level == {"searchenv"}, f"the wheel must install only the searchenv namespace, got {top_level}"
     shipped = (
-        "retrievers/bm25.py",
+        "retrievers/bm25/retriever.py",
         "reward_specs/em.yaml",
         "adapters/__init__.py",
-        "adapters/scripts/verl_train.sh",
-        "adapters/verl_configs/agent_loop.yaml",
-        "adapters/verl_configs/searchenv_tool.yaml",
+        "adapters/verl/scripts/verl_train.sh",
+        "adapters/verl/configs/agent_loop.yaml",
+        "adapters/verl/configs/searchenv_tool.yaml",
         "evaluation/runner.py",
         "env.py",
     )

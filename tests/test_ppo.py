@@ -10,8 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from searchenv.adapters.generation import RUN_KEYS, load_policy, make_envs, read_run_settings
-from searchenv.adapters.ppo import (
+from searchenv.adapters.ppo.trainer import (
     PPOConfig,
     Trainer,
     collate,
@@ -23,6 +22,7 @@ from searchenv.adapters.ppo import (
     token_logprobs,
     token_rewards,
 )
+from searchenv.adapters.rollout.generation import RUN_KEYS, load_policy, make_envs, read_run_settings
 from searchenv.reward_specs import RewardResult
 from searchenv.tokenization import EpisodeTokens, encode_prompt
 
@@ -198,7 +198,7 @@ def test_config_and_trainer_reject_inconsistent_settings(policy):
 def test_cli_options_reach_the_config_and_the_log_plots(tmp_path):
     import argparse
 
-    from searchenv.adapters import train_ppo
+    from searchenv.adapters.ppo import train as train_ppo
 
     commands = argparse.ArgumentParser().add_subparsers(dest="command")
     train_ppo.add_parser(commands)
@@ -282,7 +282,7 @@ def test_curriculum_draws_one_hop_questions_first(policy):
 
 
 def test_cpu_recipe_is_the_default_and_paper_switches_every_default(tmp_path):
-    from searchenv.adapters import train_ppo
+    from searchenv.adapters.ppo import train as train_ppo
 
     args = train_ppo.build_parser([]).parse_args([])
     assert (args.reward, args.demonstration, args.chat_template) == ("r1-searcher-stage1", True, "off")

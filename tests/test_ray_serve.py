@@ -10,17 +10,18 @@ import httpx
 import pytest
 from servers import free_port
 
-from searchenv.retrievers.bm25 import BM25Retriever
+from searchenv.corpus import Corpus
+from searchenv.retrievers.bm25.retriever import BM25Retriever
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.retrievers.ray_serve import (
+from searchenv.retrievers.server.command import ServerConfig
+from searchenv.retrievers.server.ray_serve import (
     IndexShard,
     ShardedRetriever,
     build_application,
     build_sharded_application,
     shard_bounds,
 )
-from searchenv.retrievers.server import ServerConfig
-from searchenv.types import Corpus, Passage
+from searchenv.types import Passage
 
 pytestmark = pytest.mark.slow
 

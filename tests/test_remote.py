@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from servers import free_port, serve_in_thread, spawn_server
 
+from searchenv.corpus import Corpus
 from searchenv.retrievers import make_retriever
-from searchenv.retrievers.http_retry import parse_retry_after
+from searchenv.retrievers.http.remote import FailedResults, RemoteRetriever, RetrievalUnavailable, content_id
+from searchenv.retrievers.http.retry import parse_retry_after
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.retrievers.remote import FailedResults, RemoteRetriever, RetrievalUnavailable, content_id
-from searchenv.retrievers.server import ServerConfig, create_app
-from searchenv.types import Corpus
+from searchenv.retrievers.server.command import ServerConfig, create_app
 
 QUERIES = ["who wrote hamlet", "capital of peru", "who wrote hamlet", "largest moon of saturn"]
 

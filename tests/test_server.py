@@ -17,10 +17,11 @@ import httpx
 import pytest
 from servers import serve_in_thread, spawn_server
 
+from searchenv.corpus import Corpus
+from searchenv.retrievers.http.remote import RemoteRetriever
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.retrievers.remote import RemoteRetriever
-from searchenv.retrievers.server import ServerConfig, add_serve_parser, config_from_args, create_app
-from searchenv.types import Corpus, Passage
+from searchenv.retrievers.server.command import ServerConfig, add_serve_parser, config_from_args, create_app
+from searchenv.types import Passage
 
 
 @pytest.fixture(scope="module")
@@ -287,7 +288,7 @@ def test_app_reports_an_engine_that_cannot_be_built(corpus_path: Path) -> None:
 @pytest.mark.slow
 def test_serve_exits_non_zero_with_the_cause_when_the_engine_cannot_be_built(corpus_path: Path) -> None:
     for options in (["--option", "no_such_option=1"], ["--retriever", "nosuchmodule:factory"]):
-        command = [sys.executable, "-m", "searchenv.retrievers.server", "--corpus", str(corpus_path), *options]
+        command = [sys.executable, "-m", "searchenv.retrievers.server.command", "--corpus", str(corpus_path), *options]
         done = subprocess.run([*command, "--port", "0"], capture_output=True, text=True, timeout=120)
         assert done.returncode == 1, done.stderr[-2000:]
         assert "could not build retriever" in done.stderr
@@ -314,7 +315,7 @@ def test_requests_wait_for_an_engine_that_is_still_loading(tmp_path: Path, corpu
 SLOW_LOADING_ENGINE = """
 import time
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.retrievers.remote import RemoteRetriever
+from searchenv.retrievers.http.remote import RemoteRetriever
 
 
 def build(corpus, delay):

@@ -16,9 +16,9 @@ from skyrl_gym.envs.search.utils import compute_score as skyrl_search_score
 from skyrl_gym.metrics import aggregate_for_environment
 
 from searchenv import EpisodeTokens
-from searchenv.adapters.skyrl import ENV_ID, SearchQASkyRLEnv, register_skyrl_env
-from searchenv.adapters.verl_data import search_r1_row
-from searchenv.data import load_dataset
+from searchenv.adapters.rows import search_r1_row
+from searchenv.adapters.skyrl.env import ENV_ID, SearchQASkyRLEnv, register_skyrl_env
+from searchenv.data.datasets import load_dataset
 from searchenv.protocol import PROTOCOLS
 
 
@@ -42,7 +42,7 @@ def make(row, options, max_turns=4):
 def test_registration_is_idempotent_and_make_uses_the_registry(hotpot):
     register_skyrl_env()
     register_skyrl_env()
-    assert skyrl_gym.registry[ENV_ID].entry_point == "searchenv.adapters.skyrl:SearchQASkyRLEnv"
+    assert skyrl_gym.registry[ENV_ID].entry_point == "searchenv.adapters.skyrl.env:SearchQASkyRLEnv"
     rows, options = hotpot
     env = make(rows[0], options)
     assert isinstance(env, SearchQASkyRLEnv) and isinstance(env, BaseTextEnv)
@@ -199,8 +199,8 @@ import skyrl_gym
 from skyrl.train.config import SkyRLTrainConfig
 from skyrl.train.utils import validate_cfg
 from transformers import AutoTokenizer
-from searchenv.adapters.skyrl import register_skyrl_env
-from searchenv.adapters.skyrl_train import compose
+from searchenv.adapters.skyrl.env import register_skyrl_env
+from searchenv.adapters.skyrl.train import compose
 
 corpus, tokenizer_dir, row = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 cfg = compose([

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from searchenv.cli import main
-from searchenv.study import StudyRow, answer_recall
-from searchenv.types import Corpus, Passage, QAExample
+from searchenv.cli.main import main
+from searchenv.cli.study import StudyRow, answer_recall
+from searchenv.corpus import Corpus
+from searchenv.types import Passage, QAExample
 
 pytest.importorskip("faiss")
 pytest.importorskip("transformers")

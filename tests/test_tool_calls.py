@@ -14,8 +14,8 @@ from toyworld import QUESTIONS, ScriptedRetriever
 import searchenv  # noqa: F401
 from searchenv import SearchQAEnv, tokenize_episode
 from searchenv.protocol import PROTOCOLS, parse_action
+from searchenv.protocol.tool_calls import chat_messages, tool_call_protocol, tools_of
 from searchenv.reward_specs import Rollout, load_reward
-from searchenv.tool_calls import chat_messages, tool_call_protocol, tools_of
 
 
 def call(name: str = "search", **arguments: object) -> str:
@@ -224,7 +224,7 @@ def test_a_megabyte_of_arguments_is_read_not_feared() -> None:
 @pytest.mark.slow
 def test_our_rollout_plays_the_tool_call_protocol_with_exact_masks(smollm2_dir: Path) -> None:
     """Our loop by configuration: the rollout declares the tools and frames tool turns with real role tokens."""
-    from searchenv.adapters.generation import HFGenerator, SamplingConfig, load_policy, rollout
+    from searchenv.adapters.rollout.generation import HFGenerator, SamplingConfig, load_policy, rollout
 
     model, tokenizer = load_policy(str(smollm2_dir))
     sampling = SamplingConfig(max_new_tokens=24, max_total_tokens=1024)

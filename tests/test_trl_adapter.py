@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 
-from searchenv.adapters.generation import load_policy, read_run_settings
-from searchenv.adapters.trl import TRL_REQUIREMENT, check_trl_version, env_reward, make_dataset, make_grpo_trainer
+from searchenv.adapters.rollout.generation import load_policy, read_run_settings
+from searchenv.adapters.trl.grpo import TRL_REQUIREMENT, check_trl_version, env_reward, make_dataset, make_grpo_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_KWARGS = {"dataset": "world", "retriever": "bm25", "reward": "format", "max_turns": 2, "max_information_words": 30}
@@ -123,7 +123,7 @@ def test_an_environment_token_cannot_move_trl_loss(smollm2_dir, tmp_path):
 
 
 def test_dataset_rows_map_to_questions_and_the_curriculum_puts_one_hop_first():
-    from searchenv.adapters.generation import make_envs
+    from searchenv.adapters.rollout.generation import make_envs
 
     env = make_envs(1, retriever="random")[0]
     dataset = make_dataset(env, limit=3)
@@ -156,7 +156,7 @@ def test_accelerate_launch_runs_a_step_in_two_processes(smollm2_dir, tmp_path):
     command = [
         *(sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu", "--num_machines", "1"),
         *("--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port())),
-        *("-m", "searchenv.adapters.train_trl", "--model", str(smollm2_dir), "--max-steps", "1"),
+        *("-m", "searchenv.adapters.trl.train", "--model", str(smollm2_dir), "--max-steps", "1"),
         *("--num-generations", "2", "--per-device-train-batch-size", "2", "--max-new-tokens", "8"),
         *("--max-completion-length", "96", "--train-limit", "4", "--no-curriculum", "--output-dir", str(out)),
     ]

@@ -35,14 +35,14 @@ from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 from verl.workers.rollout.replica import TokenOutput
 
 import searchenv.adapters
-from searchenv.adapters.verl import SearchEnvAgentLoop, compute_score, merge_server_fields
-from searchenv.adapters.verl_data import AGENT_NAME, PAPER_EVAL, add_parser, episode_env, eval_split, row_example
-from searchenv.adapters.verl_data import main as verl_data_main
-from searchenv.adapters.verl_launch import LAUNCH_FILES, launch_file
+from searchenv.adapters.rows import AGENT_NAME, PAPER_EVAL, add_parser, episode_env, eval_split, row_example
+from searchenv.adapters.rows import main as verl_data_main
+from searchenv.adapters.verl.agent_loop import SearchEnvAgentLoop, compute_score, merge_server_fields
+from searchenv.adapters.verl.launch import LAUNCH_FILES, launch_file
 from searchenv.protocol import PROTOCOLS
 
 REPO = Path(__file__).resolve().parents[1]
-AGENT_YAML = REPO / "adapters" / "verl_configs" / "agent_loop.yaml"
+AGENT_YAML = REPO / "adapters" / "verl" / "configs" / "agent_loop.yaml"
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
 
 
@@ -73,7 +73,7 @@ class HFServer:
 
 
 def make_loop(server, tokenizer, *, env, response_length=2048, entry=None, **loop_options) -> SearchEnvAgentLoop:
-    """Instantiate the agent loop from adapters/verl_configs/agent_loop.yaml the way veRL's worker does.
+    """Instantiate the agent loop from adapters/verl/configs/agent_loop.yaml the way veRL's worker does.
 
     Must be called inside a running event loop (veRL builds agent loops inside its worker's loop)."""
     trainer = OmegaConf.create(
@@ -261,7 +261,7 @@ def test_bare_question_parquet_gets_the_protocol_prompt(shared_data, hotpot_opti
 
 
 def test_real_model_rollout_keeps_masks_exact(hotpot_rows, hotpot_options):
-    from searchenv.adapters.generation import HFGenerator, SamplingConfig, load_policy
+    from searchenv.adapters.rollout.generation import HFGenerator, SamplingConfig, load_policy
 
     model, tokenizer = load_policy("smollm2-135m")
     server = HFServer(HFGenerator(model, tokenizer, SamplingConfig(temperature=0.0)))
@@ -315,7 +315,7 @@ def test_custom_reward_function_loads_through_verl(tmp_path):
         {
             "reward": {
                 "custom_reward_function": {
-                    "path": "pkg://searchenv.adapters.verl",
+                    "path": "pkg://searchenv.adapters.verl.agent_loop",
                     "name": "compute_score",
                     "reward_kwargs": {"reward": "format"},
                 }
@@ -376,7 +376,7 @@ def test_yaml_entry_survives_the_adapter_import_in_a_fresh_worker():
 
 
 def test_agent_loop_without_env_options_is_an_error(qwen_tokenizer):
-    bare = OmegaConf.create({"_target_": "searchenv.adapters.verl.SearchEnvAgentLoop"})
+    bare = OmegaConf.create({"_target_": "searchenv.adapters.verl.agent_loop.SearchEnvAgentLoop"})
 
     async def build():
         return make_loop(ScriptedServer(qwen_tokenizer, []), qwen_tokenizer, env={}, entry=bare)
@@ -437,7 +437,7 @@ def test_launch_script_composes_a_config_verl_accepts(algo, profile, qwen_model_
     omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     rollout = config.actor_rollout_ref.rollout
     assert rollout.agent.default_agent_loop == AGENT_NAME and rollout.skip_tokenizer_init is False
-    assert config.reward.custom_reward_function.path == "pkg://searchenv.adapters.verl"
+    assert config.reward.custom_reward_function.path == "pkg://searchenv.adapters.verl.agent_loop"
     assert config.actor_rollout_ref.actor.clip_ratio == 0.2 and config.algorithm.gamma == 1.0
     # flash-attn is not installed here: every model the trainer builds gets sdpa instead of veRL's default.
     assert config.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
@@ -457,7 +457,7 @@ def test_launch_script_composes_a_config_verl_accepts(algo, profile, qwen_model_
 
 
 def test_launch_script_defaults_and_switches():
-    bare = launcher_overrides()  # the README's bare `bash adapters/scripts/verl_train.sh`
+    bare = launcher_overrides()  # the README's bare `bash adapters/verl/scripts/verl_train.sh`
     assert bare == launcher_overrides("grpo", "smoke")
     assert "data.train_files=runs/verl-grpo-smoke/data/train.parquet" in bare
     assert launcher_overrides("ppo", "paper") == launcher_overrides("ppo", "8xh100")
@@ -474,7 +474,7 @@ def test_launch_script_defaults_and_switches():
 
 
 def test_searchenv_verl_subcommand_writes_and_runs_the_packaged_files(tmp_path, capfd):
-    from searchenv.cli import main as cli_main
+    from searchenv.cli.main import main as cli_main
 
     assert cli_main(["verl", "files", str(tmp_path / "launch")]) == 0
     for name in LAUNCH_FILES:

@@ -24,10 +24,10 @@ from verl.tools.tool_registry import initialize_tools_from_config
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
+from searchenv.adapters.rows import episode_env, row_example
 from searchenv.adapters.tool_steps import BUDGET_OVER, EPISODE_OVER, call_action
-from searchenv.adapters.verl_data import episode_env, row_example
-from searchenv.adapters.verl_tool import AGENT_NAME, TOOL_CONFIG, SearchTool, SearchToolAgentLoop
-from searchenv.tool_calls import SEARCH_TOOL
+from searchenv.adapters.verl.tool import AGENT_NAME, TOOL_CONFIG, SearchTool, SearchToolAgentLoop
+from searchenv.protocol.tool_calls import SEARCH_TOOL
 
 ENV = {"max_turns": 3, "max_information_words": 30}
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}

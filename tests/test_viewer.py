@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from searchenv.cli import main
+from searchenv.cli.main import main
 from searchenv.evaluation.viewer import render_html
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

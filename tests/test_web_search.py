@@ -20,9 +20,9 @@ import pytest
 from servers import serve_in_thread
 
 from searchenv.retrievers import make_retriever
-from searchenv.retrievers.http_retry import RetrievalUnavailable
-from searchenv.retrievers.server import ServerConfig, create_app
-from searchenv.retrievers.web_search import KEY_ENV, BraveSearchRetriever
+from searchenv.retrievers.http.retry import RetrievalUnavailable
+from searchenv.retrievers.http.web_search import KEY_ENV, BraveSearchRetriever
+from searchenv.retrievers.server.command import ServerConfig, create_app
 
 KEY = "test-key-d41d8cd98f00b204"
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from searchenv.protocol import PROTOCOLS
-from searchenv.reward_specs.wellformed import FormatCheck, check_format, find_garbled, single_block
+from searchenv.reward_specs.format_check import FormatCheck, check_format, find_garbled, single_block
 
 INFO = "\n\n<information>Doc 1(Title: Paris) Paris is the capital of France.\n</information>\n\n"
 OK_ONE_SEARCH = (

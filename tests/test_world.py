@@ -15,9 +15,10 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from searchenv import world as world_module
-from searchenv.types import Corpus
-from searchenv.world import (
+from searchenv.corpus import Corpus
+from searchenv.data.world import generator as world_module
+from searchenv.data.world.facts import _WordPool, build_facts
+from searchenv.data.world.generator import (
     DEFAULT_WORLD,
     MIN_PASSAGES,
     World,
@@ -26,8 +27,7 @@ from searchenv.world import (
     generate_world,
     write_world,
 )
-from searchenv.world_facts import _WordPool, build_facts
-from searchenv.world_passages import KindPassages
+from searchenv.data.world.passages import KindPassages
 
 _WORD = re.compile(r"\w+")
 
@@ -60,7 +60,7 @@ def test_same_arguments_give_the_same_world_in_another_process():
     assert _fingerprint(here) == _fingerprint(generate_world(400, seed=7, num_questions=120))
     script = (
         "import sys; sys.path.insert(0, sys.argv[1]); from test_world import _fingerprint; "
-        "from searchenv.world import generate_world; "
+        "from searchenv.data.world.generator import generate_world; "
         "print(_fingerprint(generate_world(400, seed=7, num_questions=120)))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}  # a different str hash must not change anything

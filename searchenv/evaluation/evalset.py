@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from searchenv.data import HUB_DATASETS, load_dataset
+from searchenv.data.datasets import HUB_DATASETS, load_dataset
 from searchenv.types import QAExample
 
 __all__ = ["EVAL_DATASETS", "build_eval_set", "eval_split", "subsample", "write_eval_set"]
@@ -62,7 +62,7 @@ def write_eval_set(
     examples: Sequence[QAExample], output: str | os.PathLike[str], protocol: str = "search-r1"
 ) -> tuple[Path, Path]:
     """Write ``test.jsonl`` (FlashRAG rows plus ``data_source``) and ``test.parquet`` (veRL rows) in ``output``."""
-    from searchenv.adapters.verl_data import search_r1_row, write_rows
+    from searchenv.adapters.rows import search_r1_row, write_rows
     from searchenv.protocol import get_protocol
 
     folder = Path(output)

@@ -2,9 +2,10 @@
 
 The evaluation loop only needs "continue each conversation until a stop string or EOS". A :class:`Context` is the
 prompt the environment wrote plus the response so far (model turns and inserted blocks); a policy returns one
-:class:`Generation` per context. Token-level training rollouts live in :mod:`searchenv.adapters.generation`;
-the local-model and vLLM policies here reuse its engines (:class:`~searchenv.adapters.generation.HFGenerator`,
-:class:`~searchenv.adapters.generation.VLLMGenerator`) and :func:`~searchenv.adapters.generation.load_policy`.
+:class:`Generation` per context. Token-level training rollouts live in :mod:`searchenv.adapters.rollout.generation`;
+the local-model and vLLM policies here reuse its engines (:class:`~searchenv.adapters.rollout.generation.HFGenerator`,
+:class:`~searchenv.adapters.rollout.generation.VLLMGenerator`) and
+:func:`~searchenv.adapters.rollout.generation.load_policy`.
 
 Sampling follows the papers' evaluation: greedy (temperature 0) unless asked otherwise.
 """
@@ -111,7 +112,7 @@ class LocalPolicy:
     """
 
     def __init__(self, model: Any, tokenizer: Any, sampling: EvalSampling, chat_template: bool | None, name: str):
-        from searchenv.adapters.generation import HFGenerator, SamplingConfig
+        from searchenv.adapters.rollout.generation import HFGenerator, SamplingConfig
 
         self.name = name
         self.tokenizer = tokenizer
@@ -132,7 +133,7 @@ class LocalPolicy:
     ) -> LocalPolicy:
         import torch
 
-        from searchenv.adapters.generation import load_policy
+        from searchenv.adapters.rollout.generation import load_policy
 
         lm, tokenizer = load_policy(model)
         lm.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -163,7 +164,7 @@ def _model_window(model: Any) -> int:
 class VLLMPolicy:
     """A ``vllm.LLM`` engine (``pip install 'searchenv[vllm]'``; GPU). Untested here: no GPU with vLLM was available.
 
-    Reuses :class:`~searchenv.adapters.generation.VLLMGenerator` (stop strings enforced by the engine and kept in
+    Reuses :class:`~.generation.VLLMGenerator` (stop strings enforced by the engine and kept in
     the output).
     """
 
@@ -172,7 +173,7 @@ class VLLMPolicy:
             import vllm
         except ImportError as exc:
             raise ImportError("--policy vllm needs vLLM: pip install 'searchenv[vllm]' (GPU machines only)") from exc
-        from searchenv.adapters.generation import SamplingConfig, VLLMGenerator
+        from searchenv.adapters.rollout.generation import SamplingConfig, VLLMGenerator
 
         self.name = name or model
         self.sampling = sampling

@@ -3,7 +3,7 @@
 A *cell* is one (policy, method, retriever, dataset) combination over a fixed list of questions. Episodes of a
 cell are played in batches: each turn, one :meth:`Policy.generate` call continues every running episode and one
 :func:`searchenv.step_batch` call steps them (a single ``search`` call for the batch). Every number recorded
-comes from the environment's :class:`~searchenv.episode.Episode` (its prediction, counters, ``retrieved``
+comes from the environment's :class:`~searchenv.episode.episode.Episode` (its prediction, counters, ``retrieved``
 passages and ``reward_parts``), never from re-reading the text.
 
 Finished episodes are appended to ``transcripts.jsonl`` (one JSON object per line, flushed per batch) keyed by

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchenv.arguments import key_value
+from searchenv.cli.arguments import key_value
 from searchenv.evaluation.baselines import METHODS
 from searchenv.evaluation.checkpoint import REPLAYED, read_run_settings, replay_settings
 from searchenv.evaluation.evalset import eval_split, subsample
@@ -144,7 +144,7 @@ def _methods(args: argparse.Namespace) -> list[str]:
 
 
 def _datasets(args: argparse.Namespace) -> dict[str, list[tuple[str, QAExample]]]:
-    from searchenv.data import HUB_DATASETS, load_dataset
+    from searchenv.data.datasets import HUB_DATASETS, load_dataset
 
     out: dict[str, list[tuple[str, QAExample]]] = {}
     for name in _csv(args.datasets):
@@ -173,7 +173,7 @@ def retriever_options(names: list[str], pairs: list[tuple[str, Any]]) -> dict[st
     from searchenv.retrievers import accepted_options, check_retriever_options
 
     routed: dict[str, dict[str, Any]] = {name: {} for name in names}
-    for key, value in pairs:  # (key, value) pairs parsed by searchenv.arguments.key_value
+    for key, value in pairs:  # (key, value) pairs parsed by searchenv.cli.arguments.key_value
         takers = [name for name in names if (accepted := accepted_options(name)) is None or key in accepted]
         if not takers:
             known = sorted(set().union(*(accepted_options(name) or () for name in names)))

@@ -1,0 +1,305 @@
+"""Train a causal LM on SearchQA-v0 with the built-in PPO / GRPO / REINFORCE++ loop.
+
+Run with no options, it trains SmolLM2-135M on the generated world with the CPU recipe (:data:`CPU_RECIPE`) that
+raises reward within minutes on a 2-core machine (docs/experiments.md has the curve)::
+
+    python -m searchenv.adapters.ppo.train --log runs/grpo.jsonl --plot runs/grpo.png
+
+``--model PATH --paper`` switches every default to Search-R1's (:data:`PAPER_ENV` and
+:meth:`~searchenv.adapters.ppo.trainer.PPOConfig.paper`: EM reward, the instruction prompt in the chat template,
+4 actions, top-3 passages, 512 prompts per step, 500 tokens per turn, bf16 autocast): the GPU recipe. Options given
+on the command line override either recipe.
+
+Metrics go to stdout and to ``--log`` (one JSON object per step); ``--plot`` redraws reward, EM, valid searches
+per episode and response length against steps after every step, so a long run can be watched. A checkpoint
+with ``searchenv_run.json`` (what ``eval``/``demo`` need to replay it) is saved to ``--output-dir`` at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CPU_RECIPE",
+    "PAPER_ENV",
+    "add_env_arguments",
+    "add_parser",
+    "apply_recipe",
+    "build_parser",
+    "env_kwargs",
+    "main",
+    "plot_log",
+    "run_settings",
+]
+
+#: Columns drawn by :func:`plot_log`: (metric key, panel title).
+PLOTTED = (
+    ("reward", "reward (mean per episode)"),
+    ("reward/em", "exact match"),
+    ("valid_searches", "valid searches / episode"),
+    ("model_tokens", "response length (model tokens)"),
+)
+
+#: The CPU recipe (the defaults): what made SmolLM2-135M's reward rise on the generated world in minutes
+#: (docs/experiments.md). One worked example as a plain-text prompt (a 135M model writes no tag from the
+#: instruction alone), R1-Searcher's stage-1 reward (pays for an executed search and a well-formed response, so
+#: a GRPO group has reward variance from the first step), 1-hop questions first (2-hop from step 21), short
+#: turns, a high lr and no KL term.
+CPU_RECIPE: dict[str, Any] = {
+    "reward": "r1-searcher-stage1",
+    "demonstration": True,
+    "chat_template": "off",
+    "max_turns": 2,
+    "topk": 2,
+    "max_information_words": 40,
+    "prompts_per_step": 2,
+    "group_size": 4,
+    "mini_batch_size": 8,
+    "micro_batch_size": 4,
+    "max_new_tokens": 32,
+    "max_total_tokens": 512,
+    "lr": 3e-5,
+    "kl_coef": 0.0,  # no reference model: a third less work per step on a CPU
+    "curriculum_steps": 20,
+    "steps": 12,
+}
+#: Search-R1's environment settings (SPEC §5), the environment half of ``--paper``.
+PAPER_ENV: dict[str, Any] = {
+    "reward": "em",
+    "demonstration": False,
+    "chat_template": "auto",
+    "max_turns": 4,
+    "topk": 3,
+    "max_information_words": 400,
+}
+
+
+def add_env_arguments(parser: argparse.ArgumentParser) -> None:
+    """The environment options every searchenv command shares (:func:`searchenv.cli.arguments.add_env_arguments`)
+    plus the two prompt options of the trainers, ``--demonstration`` and ``--chat-template``."""
+    from searchenv.cli.arguments import add_env_arguments as add_shared
+
+    add_shared(parser, reward="format")
+    prompt = parser.add_argument_group("prompt")
+    prompt.add_argument(
+        "--demonstration",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="prepend one worked example to the prompt (protocol search-r1-fewshot; helps very small models)",
+    )
+    prompt.add_argument(
+        "--chat-template",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="wrap the prompt in the tokenizer's chat template ('off': plain text continuation)",
+    )
+
+
+def _protocol(args: argparse.Namespace) -> str:
+    """``--demonstration`` selects the one-example prompt of the search-r1 tags (``search-r1-fewshot``)."""
+    if not args.demonstration:
+        return args.protocol
+    if args.protocol not in ("search-r1", "search-r1-fewshot"):
+        raise ValueError(f"--demonstration is written for the search-r1 tags, not {args.protocol!r}")
+    return "search-r1-fewshot"
+
+
+def chat_template_flag(value: str) -> bool | None:
+    """``--chat-template`` as :func:`searchenv.tokenization.encode_prompt` takes it."""
+    return {"auto": None, "on": True, "off": False}[value]
+
+
+def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """:class:`~searchenv.env.SearchQAEnv` arguments, every option checked before a model or an index loads."""
+    from searchenv.cli.arguments import env_kwargs as shared_kwargs
+
+    args.protocol = _protocol(args)
+    return shared_kwargs(args)
+
+
+def run_settings(args: argparse.Namespace, algorithm: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``searchenv_run.json`` records (see :data:`searchenv.adapters.rollout.generation.RUN_KEYS`)."""
+    env = env_kwargs(args)
+    return {
+        "model": args.model,
+        "chat_template": chat_template_flag(args.chat_template),
+        "max_new_tokens": args.max_new_tokens,  # the per-turn budget, replayed by `searchenv eval`
+        **env,
+        "algorithm": algorithm,
+        "config": dict(config),
+    }
+
+
+def apply_recipe(parser: argparse.ArgumentParser, argv: Sequence[str] | None, paper_config: Any = None) -> None:
+    """Set the parser's defaults to the CPU recipe, or with ``--paper`` to Search-R1's.
+
+    ``paper_config(algorithm)`` returns the paper's trainer settings as a mapping of option names.
+    """
+    options = {action.dest for action in parser._actions}
+    parser.set_defaults(**{k: v for k, v in CPU_RECIPE.items() if k in options})
+    known, _ = parser.parse_known_args(argv)
+    if not known.paper:
+        return
+    defaults = dict(PAPER_ENV)
+    if paper_config is not None:
+        defaults.update(paper_config(known))
+    parser.set_defaults(**{k: v for k, v in defaults.items() if k in options})
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    from searchenv.adapters.ppo.trainer import PPOConfig
+
+    add_env_arguments(parser)
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", default="smollm2-135m", help="local checkpoint dir or alias ('smollm2-135m')")
+    model.add_argument(
+        "--output-dir", default="runs/train-ppo", help="checkpoints go here ('final' at the end); '' saves nothing"
+    )
+    model.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    model.add_argument("--device", default=None, help="'cpu', 'cuda', ... (default: cuda when available)")
+    model.add_argument(
+        "--paper", action="store_true", help="Search-R1's settings for every option not given (the GPU recipe)"
+    )
+
+    algo = parser.add_argument_group("algorithm (defaults: the CPU recipe; --paper: PPOConfig.paper())")
+    defaults = PPOConfig()
+    for f in fields(PPOConfig):
+        flag = "--" + f.name.replace("_", "-")
+        value = getattr(defaults, f.name)
+        if f.name == "algorithm":
+            algo.add_argument(flag, default=value, choices=["ppo", "grpo", "reinforce++"])
+        elif f.name == "chat_template":
+            continue  # an environment/prompt option (add_env_arguments)
+        elif isinstance(value, bool):
+            algo.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        else:
+            algo.add_argument(flag, type=type(value), default=value)
+
+    out = parser.add_argument_group("output")
+    out.add_argument("--log", default=None, help="append per-step metrics (JSON lines) to this file")
+    out.add_argument("--plot", default=None, help="write a PNG of the training curves here after every step")
+
+
+def _paper_config(known: argparse.Namespace) -> dict[str, Any]:
+    from searchenv.adapters.ppo.trainer import PPOConfig
+
+    values = asdict(PPOConfig.paper(known.algorithm))
+    values.pop("chat_template")
+    return values
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser, its defaults set to the CPU recipe or (``--paper`` in ``argv``) Search-R1's."""
+    from searchenv.cli.arguments import HelpFormatter
+
+    parser = argparse.ArgumentParser(
+        prog="searchenv train-ppo", description=__doc__.split("\n")[0], formatter_class=HelpFormatter
+    )
+    _add_arguments(parser)
+    apply_recipe(parser, argv, _paper_config)
+    return parser
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``searchenv train-ppo`` on the CLI's subparsers.
+
+    The options are parsed by :func:`build_parser` when the command runs, so building the CLI never imports torch.
+    """
+    parser = subparsers.add_parser(
+        "train-ppo",
+        add_help=False,
+        prefix_chars="\0",  # no option syntax here: every word, "--help" included, goes to build_parser()
+        help="train with the built-in PPO/GRPO/REINFORCE++ loop (--help for options)",
+    )
+    parser.add_argument("options", nargs="*")
+    parser.set_defaults(handler=lambda args: main(args.options))
+    return parser
+
+
+def plot_log(log_path: str | Path, png_path: str | Path, title: str | None = None) -> None:
+    """Draw reward, valid searches per episode and response length against training steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in Path(log_path).read_text().splitlines() if line.strip()]
+    if not rows:
+        raise ValueError(f"{log_path} has no logged steps yet")
+    steps = [r["step"] for r in rows]
+    figure, axes = plt.subplots(1, len(PLOTTED), figsize=(4.2 * len(PLOTTED), 3.2))
+    for axis, (key, label) in zip(axes, PLOTTED):
+        values = [r.get(key, r.get(f"episode/{key}", float("nan"))) for r in rows]  # TRL logs episode/...
+        window = max(1, len(values) // 8)
+        axis.plot(steps, values, color="0.7" if window > 1 else "C0", linewidth=1, marker=".", label="per step")
+        if window > 1:
+            smooth = [
+                sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+                for i in range(len(values))
+            ]
+            axis.plot(steps, smooth, color="C0", linewidth=2, label=f"mean of last {window}")
+            axis.legend(fontsize=7)
+        axis.set_title(label, fontsize=9)
+        axis.set_xlabel("step")
+    if title:
+        figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    Path(png_path).parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(png_path, dpi=110)
+    plt.close(figure)
+
+
+def run(args: argparse.Namespace) -> list[dict[str, float]]:
+    """Build the environments, the model and the trainer from parsed arguments, and train."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    import torch
+
+    from searchenv.adapters.ppo.trainer import PPOConfig, Trainer
+    from searchenv.adapters.rollout.generation import load_policy, make_envs
+
+    if args.plot and not args.log:
+        raise SystemExit("--plot needs --log (the curves are drawn from the log file)")
+    env_settings = env_kwargs(args)  # every option checked before the model loads
+    torch.set_num_threads(args.threads)
+    values = {f.name: getattr(args, f.name) for f in fields(PPOConfig) if f.name != "chat_template"}
+    config = PPOConfig(**values, chat_template=chat_template_flag(args.chat_template))
+    model, tokenizer = load_policy(args.model)  # float32 master weights; --bf16 adds autocast
+    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    envs = make_envs(config.episodes_per_step, **env_settings)
+    trainer = Trainer(
+        model,
+        tokenizer,
+        envs,
+        config,
+        log_path=args.log,
+        output_dir=args.output_dir or None,
+        run_settings=run_settings(args, config.algorithm, asdict(config)),
+    )
+    title = f"{config.algorithm} on {args.dataset}, {args.model}, reward {args.reward}"
+
+    def redraw(_: dict[str, float]) -> None:
+        if args.plot:
+            plot_log(args.log, args.plot, title=title)
+
+    return trainer.train(callback=redraw)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, check every environment option before the model loads, then train; errors in searchenv's form."""
+    from searchenv.cli.arguments import run_handler
+
+    def train(args: argparse.Namespace) -> int:
+        run(args)
+        return 0
+
+    return run_handler(train, build_parser(argv).parse_args(argv), "searchenv train-ppo")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

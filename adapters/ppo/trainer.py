@@ -1,0 +1,679 @@
+"""A small, readable policy-gradient trainer for SearchQA: PPO, GRPO and REINFORCE++ in one loop.
+
+Read it top to bottom: configuration, log-probabilities, advantages (one function per algorithm), the
+clipped loss, then :class:`Trainer`, whose :meth:`Trainer.step` is *rollout → score → advantages → update*.
+The defaults follow SPEC §5 (clip 0.2, KL β 0.001, GAE λ = γ = 1, critic lr 1e-5, GRPO group size 5, policy
+lr 1e-6 for PPO and 5e-7 for GRPO) and Search-R1's veRL configuration (value clip 0.5, entropy coefficient
+0.001; veRL 0.9's own default entropy coefficient is 0) at CPU-sized batch and length settings;
+:meth:`PPOConfig.paper` has the paper's sizes.
+
+Weights stay float32 (the optimizer's master copy); ``bf16=True`` runs the forward passes under bfloat16
+autocast. Log-probabilities and entropies are computed from the final hidden states a chunk of tokens at a time
+(:func:`token_logprobs`), so the ``(tokens × vocabulary)`` log-softmax never exists in full.
+
+Every step logs, besides reward and episode statistics, CleanRL's diagnostics: ``approx_kl`` (the k3 estimate of
+KL(old‖new) over the update), ``clipfrac``, ``entropy`` and, for PPO, the critic's ``explained_variance``;
+``rollout_tokens_per_s`` / ``update_tokens_per_s`` time the two phases.
+
+Masking (SPEC §2): every per-token quantity — the policy loss, the KL term or penalty, the value loss, the
+advantage normalisation statistics — is taken over ``loss_mask == 1`` tokens only. Environment tokens still
+condition the model (they are in the input), but they are never a target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from searchenv.adapters.rollout.generation import (
+    EpisodeResult,
+    HFGenerator,
+    SamplingConfig,
+    rollout,
+    write_run_settings,
+)
+from searchenv.tokenization import TokenizedEpisode
+
+__all__ = [
+    "Batch",
+    "PPOConfig",
+    "Trainer",
+    "ValueModel",
+    "collate",
+    "gae_advantages",
+    "grpo_advantages",
+    "policy_loss",
+    "explained_variance",
+    "reinforce_pp_advantages",
+    "token_logprobs",
+]
+
+Algorithm = Literal["ppo", "grpo", "reinforce++"]
+
+
+@dataclass
+class PPOConfig:
+    """Every knob of the loop (SPEC §5 names in brackets).
+
+    The defaults are small enough for a CPU test; :meth:`paper` returns the Search-R1 settings.
+    """
+
+    algorithm: Algorithm = "grpo"
+    lr: float = 5e-7  # policy lr [1e-6 PPO, 5e-7 GRPO]
+    critic_lr: float = 1e-5  # [critic lr], PPO only
+    prompts_per_step: int = 2  # [batch, in prompts]
+    group_size: int = 5  # episodes per prompt [GRPO group size]; PPO and REINFORCE++ usually use 1
+    mini_batch_size: int = 10  # episodes per optimizer step [mini-batch]
+    micro_batch_size: int = 5  # episodes per forward/backward [micro]
+    ppo_epochs: int = 1
+    clip_eps: float = 0.2
+    value_clip: float = 0.5  # PPO critic: values move at most this far from the rollout's [Search-R1 cliprange_value]
+    entropy_coef: float = 0.001  # loss -= coef · mean entropy [Search-R1 entropy_coeff; veRL 0.9 default 0]
+    kl_coef: float = 0.001  # β: KL loss (GRPO) or per-token KL penalty in the reward (PPO, REINFORCE++)
+    gamma: float = 1.0
+    lam: float = 1.0
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64  # [max response 500 per turn]
+    max_total_tokens: int = 1024  # [max sequence 4096]
+    chat_template: bool | None = None  # None: the tokenizer's chat template when it has one
+    curriculum_steps: int = 0  # N > 0: sample questions of at most 1 + step // N hops (1-hop first); 0: all
+    bf16: bool = False  # bfloat16 autocast for forward passes (weights and optimizer stay float32)
+    logprob_chunk: int = 1024  # tokens per lm-head chunk when computing log-probs and entropies
+    steps: int = 2  # [500-600 steps]
+    save_every: int = 0  # 0 = only at the end (when output_dir is set) [100]
+    seed: int = 0
+
+    @classmethod
+    def paper(cls, algorithm: Algorithm = "ppo", **overrides: Any) -> PPOConfig:
+        """Search-R1's settings (8×H100 scale): 512 prompts per step (× 5 episodes each for GRPO), mini-batches of
+        256 prompts, micro-batches of 64 episodes, 500 new tokens per turn, 4096 in all, 500 steps, bf16 autocast."""
+        group = 5 if algorithm == "grpo" else 1
+        values: dict[str, Any] = {
+            "algorithm": algorithm,
+            "lr": 1e-6 if algorithm == "ppo" else 5e-7,
+            "prompts_per_step": 512,
+            "group_size": group,
+            "mini_batch_size": 256 * group,
+            "micro_batch_size": 64,
+            "max_new_tokens": 500,
+            "max_total_tokens": 4096,
+            "bf16": True,
+            "steps": 500,
+            "save_every": 100,
+        }
+        return cls(**{**values, **overrides})
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ("ppo", "grpo", "reinforce++"):
+            raise ValueError(f"algorithm must be 'ppo', 'grpo' or 'reinforce++', got {self.algorithm!r}")
+        if self.algorithm == "grpo" and self.group_size < 2:
+            raise ValueError("GRPO needs group_size >= 2: advantages are rewards relative to the group")
+        if self.mini_batch_size % self.micro_batch_size:
+            raise ValueError("mini_batch_size must be a multiple of micro_batch_size")
+        if self.curriculum_steps < 0 or self.logprob_chunk < 1:
+            raise ValueError("curriculum_steps must be >= 0 and logprob_chunk >= 1")
+        if self.steps < 1 or self.prompts_per_step < 1 or self.group_size < 1:
+            raise ValueError(
+                f"steps, prompts_per_step and group_size must be at least 1, got steps={self.steps}, "
+                f"prompts_per_step={self.prompts_per_step}, group_size={self.group_size} (nothing would be trained)"
+            )
+
+    @property
+    def episodes_per_step(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(
+            self.temperature, self.top_p, self.max_new_tokens, self.max_total_tokens, chat_template=self.chat_template
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tensors of a batch of episodes
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class Batch:
+    """Episodes as padded tensors: prompts left-padded, responses right-padded, so responses share columns.
+
+    ``input_ids = [prompt | response]``; ``response_mask`` is 1 on real response tokens (model *and* env) and
+    ``loss_mask`` is 1 on model tokens only. All response tensors are ``(episodes, response_width)``.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    prompt_width: int
+    response_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    rewards: torch.Tensor  # (episodes,)
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.prompt_width,
+            self.response_mask.to(device),
+            self.loss_mask.to(device),
+            self.rewards.to(device),
+        )
+
+    def select(self, rows: Sequence[int] | slice) -> Batch:
+        return Batch(
+            self.input_ids[rows],
+            self.attention_mask[rows],
+            self.prompt_width,
+            self.response_mask[rows],
+            self.loss_mask[rows],
+            self.rewards[rows],
+        )
+
+
+def collate(episodes: Sequence[TokenizedEpisode], rewards: Sequence[float], pad_id: int) -> Batch:
+    """Pad episodes into a :class:`Batch` (lengths come from the lists, never from comparing ids with ``pad_id``)."""
+    p = max(len(e.prompt_ids) for e in episodes)
+    r = max(max(len(e.response_ids) for e in episodes), 1)
+    ids, attn, resp, loss = [], [], [], []
+    for e in episodes:
+        left, right = p - len(e.prompt_ids), r - len(e.response_ids)
+        ids.append([pad_id] * left + e.prompt_ids + e.response_ids + [pad_id] * right)
+        attn.append([0] * left + [1] * (len(e.prompt_ids) + len(e.response_ids)) + [0] * right)
+        resp.append([1] * len(e.response_ids) + [0] * right)
+        loss.append(list(e.loss_mask) + [0] * right)
+    return Batch(
+        torch.tensor(ids),
+        torch.tensor(attn),
+        p,
+        torch.tensor(resp, dtype=torch.float32),
+        torch.tensor(loss, dtype=torch.float32),
+        torch.tensor(list(rewards), dtype=torch.float32),
+    )
+
+
+def _forward(model: nn.Module, batch: Batch, **kwargs: Any) -> Any:
+    # Positions count real tokens only, so a left-padded prompt sees the same positions as during generation.
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions, **kwargs)
+
+
+def _chunk_logprobs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool):
+    logits = head(hidden).float()
+    if temperature not in (0, 1):
+        logits = logits / temperature
+    normaliser = logits.logsumexp(-1)
+    chosen = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normaliser
+    if not entropy:
+        return chosen, torch.zeros_like(chosen)
+    return chosen, normaliser - (logits.softmax(-1) * logits).sum(-1)
+
+
+def token_logprobs(
+    model: nn.Module, batch: Batch, temperature: float = 1.0, chunk: int = 1024, with_entropy: bool = False
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of every response token under ``model``: ``(episodes, response_width)``.
+
+    Logits are divided by the sampling temperature so ratios compare the distribution actually sampled from.
+    The lm head runs on ``chunk`` response positions at a time and each chunk keeps only the chosen token's logit
+    and the log-sum-exp (plus the entropy when ``with_entropy``); under autograd each chunk is recomputed in the
+    backward pass (activation checkpointing), so neither pass holds more than ``chunk × vocabulary`` logits.
+    """
+    width = batch.input_ids.shape[1] - batch.prompt_width
+    # The decoder body alone returns only its final (normed) hidden states; the lm head is applied below in chunks.
+    hidden = _forward(model.get_decoder(), batch).last_hidden_state[:, batch.prompt_width - 1 : -1]
+    targets = batch.input_ids[:, batch.prompt_width :]
+    rows = hidden.shape[0]
+    flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(-1)
+    head = model.get_output_embeddings()
+    chosen, entropy = [], []
+    for start in range(0, flat_targets.shape[0], chunk):
+        part = (flat_hidden[start : start + chunk], flat_targets[start : start + chunk])
+        if torch.is_grad_enabled():
+            lp, ent = torch.utils.checkpoint.checkpoint(
+                _chunk_logprobs, head, *part, temperature, with_entropy, use_reentrant=False
+            )
+        else:
+            lp, ent = _chunk_logprobs(head, *part, temperature, with_entropy)
+        chosen.append(lp)
+        entropy.append(ent)
+    logprobs = torch.cat(chosen).view(rows, width)
+    if with_entropy:
+        return logprobs, torch.cat(entropy).view(rows, width)
+    return logprobs
+
+
+class ValueModel(nn.Module):
+    """The PPO critic: a copy of the policy's transformer body with a scalar head, trained at its own lr."""
+
+    def __init__(self, policy: nn.Module):
+        super().__init__()
+        self.body = copy.deepcopy(policy.get_decoder() if hasattr(policy, "get_decoder") else policy.model)
+        self.head = nn.Linear(policy.config.hidden_size, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """Value of the state before each response token: ``(episodes, response_width)``."""
+        hidden = _forward(self.body, batch).last_hidden_state
+        return self.head(hidden[:, batch.prompt_width - 1 : -1].float()).squeeze(-1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Advantages
+# ---------------------------------------------------------------------------------------------------------------
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    return (x - mean) * torch.rsqrt(var + eps) * mask
+
+
+def token_rewards(rewards: torch.Tensor, loss_mask: torch.Tensor, kl: torch.Tensor | None, kl_coef: float):
+    """Per-token rewards: ``-β·KL`` at every model token, plus the episode reward at the last model token."""
+    last = (loss_mask * torch.arange(loss_mask.shape[1], device=loss_mask.device)).argmax(-1)
+    per_token = torch.zeros_like(loss_mask)
+    if kl is not None and kl_coef:
+        per_token = -kl_coef * kl * loss_mask
+    has_model_token = loss_mask.sum(-1) > 0
+    rows = torch.arange(len(rewards), device=rewards.device)[has_model_token]
+    per_token[rows, last[has_model_token]] += rewards[has_model_token]
+    return per_token
+
+
+def gae_advantages(
+    per_token_rewards: torch.Tensor, values: torch.Tensor, loss_mask: torch.Tensor, gamma: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over model tokens only: environment tokens are skipped, as if the env's text were part of the state.
+
+    Returns ``(advantages, returns)``, both zero outside the mask.
+    """
+    advantages = torch.zeros_like(values)
+    for row in range(values.shape[0]):
+        positions = loss_mask[row].nonzero().flatten().tolist()
+        running, next_value = 0.0, 0.0
+        for t in reversed(positions):
+            delta = per_token_rewards[row, t] + gamma * next_value - values[row, t]
+            running = delta + gamma * lam * running
+            advantages[row, t] = running
+            next_value = values[row, t]
+    returns = (advantages + values) * loss_mask
+    return advantages, returns
+
+
+def grpo_advantages(rewards: torch.Tensor, group_size: int, loss_mask: torch.Tensor, eps: float = 1e-6):
+    """Reward minus its group's mean, over the group's standard deviation, on every model token.
+
+    Episodes are laid out group by group (``group_size`` consecutive episodes share a prompt).
+    """
+    grouped = rewards.view(-1, group_size)
+    scores = (grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + eps)
+    return scores.view(-1, 1) * loss_mask
+
+
+def reinforce_pp_advantages(per_token_rewards: torch.Tensor, loss_mask: torch.Tensor, gamma: float):
+    """REINFORCE++: discounted return-to-go of the KL-penalised token rewards, whitened over the whole batch."""
+    returns = torch.zeros_like(per_token_rewards)
+    running = torch.zeros(per_token_rewards.shape[0], device=per_token_rewards.device)
+    for t in reversed(range(per_token_rewards.shape[1])):
+        running = per_token_rewards[:, t] + gamma * running * (loss_mask[:, t] > 0) + running * (loss_mask[:, t] == 0)
+        returns[:, t] = running
+    return masked_whiten(returns, loss_mask)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Losses
+# ---------------------------------------------------------------------------------------------------------------
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(π‖π_ref) estimate ``exp(r) - r - 1`` with ``r = ref - logπ`` (non-negative, low variance)."""
+    log_ratio = (ref_logprobs - logprobs).clamp(-20, 20)
+    return log_ratio.exp() - log_ratio - 1
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    clip_eps: float,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped surrogate, plus an optional KL loss to the reference and minus an optional entropy bonus,
+    averaged over model tokens.
+
+    Environment tokens (``loss_mask == 0``) contribute nothing: their ratios, advantages, KL and entropy are
+    multiplied by zero before the sum, so neither their values nor their log-probabilities reach the gradient.
+    Stats: ``pg_loss`` (the surrogate alone), ``clipfrac``, ``approx_kl`` (k3 estimate of KL(old‖new), as CleanRL
+    logs it), ``kl_loss`` and ``entropy`` when those terms are given.
+    """
+    log_ratio = (logprobs - old_logprobs).clamp(-20, 20)
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1 - clip_eps, 1 + clip_eps)
+    per_token = torch.where(loss_mask > 0, torch.maximum(unclipped, clipped), torch.zeros_like(unclipped))
+    stats = {
+        "clipfrac": masked_mean((clipped > unclipped).float(), loss_mask).item(),
+        "approx_kl": masked_mean((ratio - 1) - log_ratio, loss_mask).item(),
+        "pg_loss": masked_mean(per_token, loss_mask).item(),
+    }
+    if ref_logprobs is not None and kl_coef:
+        kl = kl_k3(logprobs, ref_logprobs)
+        per_token = per_token + kl_coef * torch.where(loss_mask > 0, kl, torch.zeros_like(kl))
+        stats["kl_loss"] = masked_mean(kl, loss_mask).item()
+    if entropy is not None:
+        stats["entropy"] = masked_mean(entropy, loss_mask).item()
+        if entropy_coef:
+            per_token = per_token - entropy_coef * torch.where(loss_mask > 0, entropy, torch.zeros_like(entropy))
+    return masked_mean(per_token, loss_mask), stats
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """``1 - Var(returns - values) / Var(returns)`` over model tokens: 1 is a perfect critic, <= 0 a useless one."""
+    var_returns = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
+    residual = returns - values
+    var_residual = masked_mean((residual - masked_mean(residual, mask)) ** 2, mask)
+    return float("nan") if var_returns.item() == 0 else (1 - var_residual / var_returns).item()
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip: float):
+    clipped = old_values + (values - old_values).clamp(-clip, clip)
+    return 0.5 * masked_mean(torch.maximum((values - returns) ** 2, (clipped - returns) ** 2), mask)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------------------------------------------
+class Trainer:
+    """Train ``model`` on SearchQA environments with PPO, GRPO or REINFORCE++.
+
+    Args:
+        model: a ``transformers`` causal LM (trained in place; load it in float32, see :func:`load_policy`).
+        tokenizer: its tokenizer.
+        envs: ``config.episodes_per_step`` environments; they should share one retriever (``gym.make`` with the
+            same ``retriever=`` string does) so each turn is one batched search.
+        config: see :class:`PPOConfig`.
+        log_path: a ``.jsonl`` file that receives one line of metrics per step (also printed to stdout).
+        output_dir: where checkpoints go (``save_every`` steps and at the end); ``None`` saves nothing.
+        run_settings: the model and environment settings (``model``, ``protocol``, ``dataset``, ``reward``, ...)
+            written with every checkpoint as ``searchenv_run.json``, see
+            :func:`searchenv.adapters.rollout.generation.write_run_settings`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        envs: Sequence[Any],
+        config: PPOConfig,
+        log_path: str | Path | None = None,
+        output_dir: str | Path | None = None,
+        run_settings: Mapping[str, Any] | None = None,
+    ):
+        if len(envs) != config.episodes_per_step:
+            raise ValueError(
+                f"got {len(envs)} environments for {config.episodes_per_step} episodes per step "
+                f"(prompts_per_step × group_size); create one environment per episode"
+            )
+        low = sorted({str(p.dtype) for p in model.parameters() if p.requires_grad and p.dtype != torch.float32})
+        if low:
+            raise ValueError(
+                f"the policy's trainable weights are {low}, not float32: AdamW updates of lr ~1e-6 vanish in "
+                "low-precision masters; load with load_policy(...) (float32) and set PPOConfig(bf16=True) instead"
+            )
+        self.config, self.model, self.tokenizer, self.envs = config, model, tokenizer, list(envs)
+        torch.manual_seed(config.seed)
+        self.rng = np.random.default_rng(config.seed)
+        self.reference = copy.deepcopy(model).eval().requires_grad_(False) if config.kl_coef else None
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+        self.device = next(model.parameters()).device
+        self.critic = ValueModel(model).to(self.device) if config.algorithm == "ppo" else None
+        if self.critic is not None:
+            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_lr, weight_decay=0.0)
+        self.generator = HFGenerator(model, tokenizer, config.sampling)
+        self.log_path = Path(log_path) if log_path else None
+        self.output_dir = Path(output_dir) if output_dir else None
+        self.run_settings = dict(run_settings or {})
+        self.examples = self.envs[0].unwrapped.examples
+        self.hops = self._hops() if config.curriculum_steps else None
+        self.global_step = 0
+
+    def _hops(self) -> list[int]:
+        hops = [ex.metadata.get("hops") for ex in self.examples]
+        if any(h is None for h in hops):
+            raise ValueError(
+                "curriculum_steps needs the number of hops of every question (the generated world's 'hops' "
+                "metadata); this dataset has none: set curriculum_steps=0"
+            )
+        return [int(h) for h in hops]
+
+    def _autocast(self):
+        if not self.config.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    # -- one step ---------------------------------------------------------------------------------------
+    def sample_indices(self) -> list[int]:
+        """Prompts for one step, each repeated ``group_size`` times (consecutive, as GRPO groups need).
+
+        With ``curriculum_steps = N`` only questions of at most ``1 + step // N`` hops are drawn (1-hop first).
+        """
+        pool = np.arange(len(self.examples))
+        if self.hops is not None:
+            cap = 1 + self.global_step // self.config.curriculum_steps
+            pool = np.array([i for i, h in enumerate(self.hops) if h <= cap])
+        replace = len(pool) < self.config.prompts_per_step
+        prompts = self.rng.choice(pool, self.config.prompts_per_step, replace=replace)
+        return [int(i) for i in prompts for _ in range(self.config.group_size)]
+
+    def step(self) -> dict[str, float]:
+        """Rollout → score → advantages → policy (and critic) update. Returns the step's metrics.
+
+        A progress bar follows the step: sampled tokens during the rollout, then micro-batches in the update.
+        """
+        cfg = self.config
+        started = time.perf_counter()
+        with (
+            tqdm(desc=f"step {self.global_step + 1} rollout", unit="tok", leave=False, file=sys.stderr) as bar,
+            self._autocast(),
+        ):
+            episodes = rollout(
+                self.envs,
+                self.generator,
+                cfg.sampling,
+                indices=self.sample_indices(),
+                seed=cfg.seed + self.global_step,
+                on_turn=bar.update,
+            )
+        rollout_seconds = time.perf_counter() - started
+        batch = collate([e.tokens for e in episodes], [e.reward for e in episodes], self.tokenizer.pad_token_id)
+        batch = batch.to(self.device)
+        update_started = time.perf_counter()
+        advantages, returns, old_logprobs, ref_logprobs, old_values, kl = self._score(batch)
+        stats = self._update(batch, advantages, returns, old_logprobs, ref_logprobs, old_values)
+        self.global_step += 1
+        update_seconds = time.perf_counter() - update_started
+        metrics = self._metrics(episodes, stats, kl, batch)
+        sampled = sum(e.metrics["model_tokens"] for e in episodes)
+        metrics.update(
+            rollout_seconds=rollout_seconds,
+            update_seconds=update_seconds,
+            step_seconds=time.perf_counter() - started,
+            rollout_tokens_per_s=sampled / max(rollout_seconds, 1e-9),
+            update_tokens_per_s=float(batch.attention_mask.sum()) * cfg.ppo_epochs / max(update_seconds, 1e-9),
+        )
+        return metrics
+
+    def _logprobs(self, model: nn.Module, batch: Batch, with_entropy: bool = False):
+        cfg = self.config
+        with self._autocast():
+            return token_logprobs(model, batch, cfg.temperature, cfg.logprob_chunk, with_entropy)
+
+    @torch.no_grad()
+    def _score(self, batch: Batch):
+        cfg = self.config
+        # GRPO with a single update per batch is exactly on-policy: the "old" logprobs equal the ones the update
+        # computes, so that forward pass is skipped (PPO and REINFORCE++ still need them for the KL penalty).
+        on_policy = cfg.ppo_epochs == 1 and cfg.mini_batch_size >= cfg.episodes_per_step
+        old_logprobs = ref_logprobs = kl = None
+        if not (cfg.algorithm == "grpo" and on_policy):
+            old_logprobs = self._chunked(lambda b: self._logprobs(self.model, b), batch)
+        if self.reference is not None:
+            ref_logprobs = self._chunked(lambda b: self._logprobs(self.reference, b), batch)
+            if old_logprobs is not None:
+                kl = (old_logprobs - ref_logprobs) * batch.loss_mask
+        old_values = returns = None
+        if cfg.algorithm == "grpo":
+            advantages = grpo_advantages(batch.rewards, cfg.group_size, batch.loss_mask)
+        else:
+            rewards = token_rewards(batch.rewards, batch.loss_mask, kl, cfg.kl_coef)
+            if cfg.algorithm == "ppo":
+                with self._autocast():
+                    old_values = self._chunked(self.critic, batch).float() * batch.loss_mask
+                advantages, returns = gae_advantages(rewards, old_values, batch.loss_mask, cfg.gamma, cfg.lam)
+                advantages = masked_whiten(advantages, batch.loss_mask)
+            else:
+                advantages = reinforce_pp_advantages(rewards, batch.loss_mask, cfg.gamma)
+        return advantages, returns, old_logprobs, ref_logprobs, old_values, kl
+
+    def _chunked(self, fn: Callable[[Batch], torch.Tensor], batch: Batch) -> torch.Tensor:
+        size, n = self.config.micro_batch_size, batch.input_ids.shape[0]
+        return torch.cat([fn(batch.select(slice(i, i + size))) for i in range(0, n, size)])
+
+    def _update(self, batch, advantages, returns, old_logprobs, ref_logprobs, old_values) -> dict[str, float]:
+        cfg = self.config
+        n = batch.input_ids.shape[0]
+        kl_in_loss = cfg.algorithm == "grpo"
+        sums: dict[str, float] = {}
+        updates = 0
+        self.model.train()
+        micro_batches = cfg.ppo_epochs * math.ceil(n / cfg.micro_batch_size)
+        bar = tqdm(total=micro_batches, desc=f"step {self.global_step + 1} update", leave=False, file=sys.stderr)
+        for _ in range(cfg.ppo_epochs):
+            order = torch.from_numpy(self.rng.permutation(n))
+            for start in range(0, n, cfg.mini_batch_size):
+                rows = order[start : start + cfg.mini_batch_size]
+                mini_tokens = batch.loss_mask[rows].sum().clamp(min=1)
+                self.optimizer.zero_grad(set_to_none=True)
+                if self.critic is not None:
+                    self.critic_optimizer.zero_grad(set_to_none=True)
+                for micro in rows.split(cfg.micro_batch_size):
+                    mb = batch.select(micro)
+                    # Weight each micro-batch by its share of model tokens: the sum is the mini-batch token mean.
+                    weight = mb.loss_mask.sum() / mini_tokens
+                    logprobs, entropy = self._logprobs(self.model, mb, with_entropy=True)
+                    loss, stats = policy_loss(
+                        logprobs,
+                        logprobs.detach() if old_logprobs is None else old_logprobs[micro],
+                        advantages[micro],
+                        mb.loss_mask,
+                        cfg.clip_eps,
+                        ref_logprobs[micro] if kl_in_loss and ref_logprobs is not None else None,
+                        cfg.kl_coef if kl_in_loss else 0.0,
+                        entropy,
+                        cfg.entropy_coef,
+                    )
+                    (loss * weight).backward()
+                    if self.critic is not None:
+                        with self._autocast():
+                            values = self.critic(mb).float()
+                        v_loss = value_loss(values, old_values[micro], returns[micro], mb.loss_mask, cfg.value_clip)
+                        (v_loss * weight).backward()
+                        stats["value_loss"] = v_loss.item()
+                        stats["explained_variance"] = explained_variance(
+                            old_values[micro], returns[micro], mb.loss_mask
+                        )
+                    for key, value in stats.items():
+                        sums[key] = sums.get(key, 0.0) + value * float(weight)
+                    bar.update()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm)
+                self.optimizer.step()
+                if self.critic is not None:
+                    torch.nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
+                    self.critic_optimizer.step()
+                updates += 1
+        bar.close()
+        return {key: value / updates for key, value in sums.items()}
+
+    def _metrics(self, episodes: Sequence[EpisodeResult], stats: dict[str, float], kl, batch: Batch):
+        def mean(key: str) -> float:
+            return float(np.mean([e.metrics[key] for e in episodes]))
+
+        parts: dict[str, list[float]] = {}
+        for e in episodes:
+            for key, value in e.reward_parts.items():
+                parts.setdefault(key, []).append(value)
+        metrics = {
+            "step": self.global_step,
+            "reward": float(np.mean([e.reward for e in episodes])),
+            "response_tokens": mean("response_tokens"),
+            "model_tokens": mean("model_tokens"),
+            "valid_searches": mean("valid_searches"),
+            "invalid_actions": mean("invalid_actions"),
+            "answered": mean("answered"),
+            "truncated": mean("truncated"),
+            "kl": masked_mean(kl, batch.loss_mask).item() if kl is not None else stats.get("kl_loss", 0.0),
+            "loss": stats.get("pg_loss", math.nan),
+            **{k: v for k, v in stats.items() if k != "pg_loss"},
+            **{f"reward/{k}": float(np.mean(v)) for k, v in parts.items()},
+        }
+        if self.hops is not None:
+            metrics["max_hops"] = 1 + (self.global_step - 1) // self.config.curriculum_steps
+        return metrics
+
+    # -- the loop ---------------------------------------------------------------------------------------
+    def train(
+        self, steps: int | None = None, callback: Callable[[dict[str, float]], None] | None = None
+    ) -> list[dict[str, float]]:
+        """Run ``steps`` (default ``config.steps``) steps, logging each; ``callback`` sees every step's metrics.
+
+        Checkpoints go to ``output_dir`` every ``save_every`` steps and at the end, when ``output_dir`` is set.
+        """
+        history = []
+        if self.log_path:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        total = self.config.steps if steps is None else steps
+        for _ in tqdm(range(total), desc=f"{self.config.algorithm} steps", unit="step", file=sys.stderr):
+            metrics = self.step()
+            history.append(metrics)
+            line = json.dumps(metrics)
+            print(line, file=sys.stdout, flush=True)
+            if self.log_path:
+                with self.log_path.open("a") as handle:
+                    handle.write(line + "\n")
+            if callback is not None:
+                callback(metrics)
+            if self.output_dir and self.config.save_every and self.global_step % self.config.save_every == 0:
+                self.save(self.output_dir / f"step_{self.global_step}")
+        if self.output_dir:
+            self.save(self.output_dir / "final")
+        return history
+
+    def save(self, path: Path) -> None:
+        """Weights, tokenizer and ``searchenv_run.json`` (model, environment, reward and algorithm settings)."""
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        write_run_settings(
+            path,
+            {**self.run_settings, "algorithm": self.config.algorithm, "config": asdict(self.config)},
+            step=self.global_step,
+        )

@@ -1,0 +1,384 @@
+"""Search-R1 / veRL rows: write them as parquet, and turn a row back into a SearchQA episode.
+
+veRL, Search-R1 and SkyRL all train from the same row layout (SPEC §6)::
+
+    {data_source, prompt: [{role, content}], ability,
+     reward_model: {style, ground_truth: {target: [...]}}, extra_info: {split, index, question, ...}}
+
+veRL picks the agent loop per row from an ``agent_name`` column; SkyRL picks the environment from
+``env_class`` and hands every other column to the environment as ``extras`` (the gold answers under
+``reward_spec``). This module writes both flavours (``python -m searchenv.adapters.rows``) and holds what
+both trainer adapters use to play a row: :func:`row_example` (question and gold answers),
+:func:`choose_conversation` (the first conversation) and :func:`episode_env` (a fresh environment sharing the
+config's retriever and reward spec).
+
+Command line (also ``searchenv verl-data`` once wired into the CLI)::
+
+    python -m searchenv.adapters.rows --dataset world --output data/searchenv
+    python -m searchenv.adapters.rows --dataset nq --dataset hotpotqa --split train --output data/nq_hotpotqa
+    python -m searchenv.adapters.rows --dataset ../shared/data/qa/nq_test_1000.jsonl --split test --output d
+    python -m searchenv.adapters.rows --paper --output data/paper   # NQ+HotpotQA train, seven-set test mix
+
+Named datasets come from the hub unless ``--data-dir`` (or ``SEARCHENV_DATA_DIR``) holds ``<name>/<split>.jsonl``
+(:func:`searchenv.data.datasets.load_dataset`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from searchenv.data.datasets import HUB_DATASETS, example_from_row, load_dataset
+from searchenv.protocol import Protocol, get_protocol
+from searchenv.types import QAExample
+
+if TYPE_CHECKING:
+    from searchenv.env.search_qa import SearchQAEnv
+
+__all__ = [
+    "AGENT_NAME",
+    "PAPER_EVAL",
+    "PAPER_TRAIN",
+    "PROMPT_MODES",
+    "SKYRL_ENV_CLASS",
+    "add_parser",
+    "build_rows",
+    "choose_conversation",
+    "episode_env",
+    "eval_split",
+    "main",
+    "plain",
+    "row_example",
+    "search_r1_row",
+    "write_datasets",
+    "write_paper_datasets",
+    "write_rows",
+]
+
+#: The veRL agent loop name (``@register`` in :mod:`searchenv.adapters.verl.agent_loop`, ``agent_name`` column).
+AGENT_NAME = "searchenv_agent"
+#: The SkyRL-gym environment id (:func:`searchenv.adapters.skyrl.env.register_skyrl_env`, ``env_class`` column).
+SKYRL_ENV_CLASS = "searchenv"
+#: How an adapter picks the first conversation (see :func:`choose_conversation`).
+PROMPT_MODES = ("auto", "dataset", "env")
+#: What Search-R1 writes in the ``ability`` column.
+ABILITY = "fact-reasoning"
+#: Search-R1's training mix (SPEC §6): the NQ and HotpotQA train splits.
+PAPER_TRAIN = ("nq", "hotpotqa")
+#: The seven evaluation sets, each on its test split, or dev where it has no public test split.
+PAPER_EVAL = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+
+Trainer = Literal["verl", "skyrl"]
+_DESCRIPTION = "Write Search-R1 / veRL (or SkyRL) training parquet files from searchenv datasets."
+
+# Options an adapter passes to every episode's SearchQAEnv unless its config says otherwise. The corpus
+# default is the embedded world, so a bare config trains on the generated world with BM25.
+_ENV_DEFAULTS: dict[str, Any] = {"retriever": "bm25", "corpus": "world", "reward": "em"}
+# Per-row fields: the adapters take them from the row, never from the trainer-wide config.
+_ROW_FIELDS = ("dataset", "split")
+# Rollout workers create their first environments from many threads at once; one builds the shared index.
+_TEMPLATE_LOCK = threading.Lock()
+_LOG = logging.getLogger(__name__)
+
+
+def plain(value: Any) -> Any:
+    """Trainer configs arrive as OmegaConf ``DictConfig``; the environment wants plain dicts and lists."""
+    if type(value).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(value, resolve=True)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # SkyRL's typed config sections
+        return plain(dataclasses.asdict(value))
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy arrays and scalars out of parquet / veRL's non-tensor batch
+        return plain(value.tolist())
+    return value
+
+
+# -- writing rows -------------------------------------------------------------------------------------------------
+def search_r1_row(
+    example: QAExample, protocol: Protocol, split: str, index: int, trainer: Trainer = "verl"
+) -> dict[str, Any]:
+    """One training row in the Search-R1 layout, with the column the given trainer dispatches on."""
+    ground_truth = {"target": list(example.golden_answers)}
+    row: dict[str, Any] = {
+        "data_source": example.data_source,
+        "prompt": [{"role": "user", "content": protocol.prompt(example.question)}],
+        "ability": ABILITY,
+        "reward_model": {"style": "rule", "ground_truth": ground_truth},
+        "extra_info": {"split": split, "index": index, "question": example.question, "id": example.id},
+    }
+    if trainer == "verl":
+        row["agent_name"] = AGENT_NAME
+    elif trainer == "skyrl":
+        row["env_class"] = SKYRL_ENV_CLASS
+        row["reward_spec"] = {"method": "rule", "ground_truth": ground_truth}
+    else:
+        raise ValueError(f"trainer must be 'verl' or 'skyrl', got {trainer!r}")
+    return row
+
+
+def write_rows(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write rows as a parquet file (veRL's ``data.train_files`` / SkyRL's ``data.train_data``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not rows:
+        raise ValueError(f"no rows to write to {path}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(list(rows)), path)
+    return path
+
+
+# -- reading a row back --------------------------------------------------------------------------------------------
+def row_example(
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    prompt: Any = None,
+    data_source: str | None = None,
+) -> QAExample:
+    """The question and gold answers of one row, as veRL / SkyRL hand the row's fields over.
+
+    ``ground_truth`` is Search-R1's ``{"target": [...]}``, a plain string (as in some public parquet files),
+    or a list. The question is ``extra_info["question"]`` when present, else read from the last prompt message.
+    """
+    row: dict[str, Any] = {"reward_model": {"ground_truth": plain(ground_truth)}, "extra_info": plain(extra_info) or {}}
+    if prompt is not None:
+        row["prompt"] = plain(prompt)
+    if data_source is not None:
+        row["data_source"] = str(data_source)
+    if not row["extra_info"].get("question") and prompt is None:
+        raise ValueError("a row needs extra_info['question'] or a prompt to read the question from")
+    return example_from_row(row)
+
+
+def _with_env_prompt(messages: Any, prompt_text: str) -> list[dict[str, str]]:
+    """The conversation with its last user message replaced by the environment's prompt.
+
+    System messages and earlier turns of the dataset's conversation are kept; without any user message the
+    prompt becomes the single user message.
+    """
+    conversation = [dict(m) for m in (plain(messages) or [])]
+    for message in reversed(conversation):
+        if message.get("role") == "user":
+            message["content"] = prompt_text
+            return conversation
+    return [*conversation, {"role": "user", "content": prompt_text}]
+
+
+def choose_conversation(messages: Any, env_prompt: str, protocol: Protocol, mode: str = "auto") -> list[dict[str, str]]:
+    """The conversation the model starts from, by ``mode``.
+
+    ``"dataset"`` keeps the row's messages; ``"env"`` puts the environment's prompt in the last user message;
+    ``"auto"`` keeps the row's messages only when they already teach the protocol (the last user message names
+    its search tag, as Search-R1's files do) — a bare question, as in many public parquet files, gets the
+    environment's instructions instead of none.
+    """
+    if mode not in PROMPT_MODES:
+        raise ValueError(f"prompt mode must be one of {PROMPT_MODES}, got {mode!r}")
+    conversation = [dict(m) for m in (plain(messages) or [])]
+    if mode == "dataset" and conversation:
+        return conversation
+    if mode == "auto":
+        users = [m for m in conversation if m.get("role") == "user"]
+        if users and protocol.search_tags[0] in str(users[-1].get("content", "")):
+            return conversation
+    return _with_env_prompt(conversation, env_prompt)
+
+
+@functools.lru_cache(maxsize=16)
+def _template_env(options_json: str) -> SearchQAEnv:
+    """One environment per distinct adapter config; its retriever and reward spec are shared by every episode.
+
+    Building it once also validates the config (unknown retriever, reward or protocol) at the first episode
+    with a clear error, instead of per row.
+    """
+    from searchenv.env.search_qa import SearchQAEnv
+
+    options = json.loads(options_json)
+    if options["corpus"] == "world" and not str(options["retriever"]).startswith("http"):
+        _LOG.warning(
+            "searchenv: %s searches the built-in world's corpus (no corpus configured); set corpus to a passage "
+            "jsonl for any other dataset",
+            options["retriever"],
+        )
+    placeholder = QAExample(id="config-check", question="config check", golden_answers=("-",))
+    return SearchQAEnv(dataset=[placeholder], **options)
+
+
+def episode_env(example: QAExample, options: Mapping[str, Any] | None = None) -> tuple[SearchQAEnv, dict[str, Any]]:
+    """A fresh :class:`~searchenv.env.SearchQAEnv` for one row, reset, with its reset ``info``.
+
+    ``options`` are SearchQAEnv keyword arguments from the trainer config (``retriever``, ``corpus``,
+    ``reward``, ``topk``, ``max_turns``, ``protocol``, …). Environments built from equal options share one
+    retriever (one index, one HTTP client) and one reward spec, so a fresh environment per row costs little.
+    """
+    merged = {**_ENV_DEFAULTS, **(plain(options) or {})}
+    misplaced = [k for k in _ROW_FIELDS if k in merged]
+    if misplaced:
+        raise ValueError(f"{misplaced} come from each training row, not from the adapter config; remove them")
+    try:
+        key = json.dumps(merged, sort_keys=True)
+    except TypeError as exc:
+        raise ValueError(f"adapter env options must be plain config values (names, paths, numbers): {exc}") from None
+    with _TEMPLATE_LOCK:
+        template = _template_env(key)
+    from searchenv.env.search_qa import SearchQAEnv
+
+    env = SearchQAEnv(dataset=[example], **{**merged, "retriever": template.retriever, "reward": template.reward_spec})
+    _, info = env.reset(options={"index": 0})
+    return env, info
+
+
+# -- command line --------------------------------------------------------------------------------------------------
+def build_rows(
+    datasets: Sequence[str],
+    splits: Sequence[str],
+    protocol: str | Protocol = "search-r1",
+    trainer: Trainer = "verl",
+    limit: int | None = None,
+    data_dir: str | Path | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Rows per split: every dataset's questions of that split, concatenated in the order given."""
+    return {
+        split: _mixed_rows([(dataset, split) for dataset in datasets], split, protocol, trainer, limit, data_dir)
+        for split in splits
+    }
+
+
+def _mixed_rows(
+    sources: Sequence[tuple[str, str]],
+    split_name: str,
+    protocol: str | Protocol,
+    trainer: Trainer,
+    limit: int | None,
+    data_dir: str | Path | None,
+) -> list[dict[str, Any]]:
+    """One file's rows from several ``(dataset, split)`` sources, concatenated in order, indexed from 0."""
+    proto = get_protocol(protocol)
+    rows: list[dict[str, Any]] = []
+    for dataset, split in sources:
+        for example in load_dataset(dataset, split, limit=limit, data_dir=data_dir):
+            rows.append(search_r1_row(example, proto, split_name, len(rows), trainer))
+    return rows
+
+
+def eval_split(name: str) -> str:
+    """The split a named dataset is evaluated on: ``test``, or ``dev`` where there is no public test split."""
+    if name not in HUB_DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; names: {', '.join(HUB_DATASETS)}")
+    return "test" if "test" in HUB_DATASETS[name] else "dev"
+
+
+def write_paper_datasets(
+    output: str | Path,
+    protocol: str | Protocol = "search-r1",
+    trainer: Trainer = "verl",
+    limit: int | None = None,
+    data_dir: str | Path | None = None,
+    splits: Sequence[str] = ("train", "test"),
+) -> list[Path]:
+    """Search-R1's data: ``train.parquet`` (NQ + HotpotQA train) and ``test.parquet`` (the seven sets mixed).
+
+    Each test row keeps its ``data_source``, so veRL's validation reports every set separately. ``limit`` keeps
+    the first N questions of each source; ``splits`` picks which of the two files to write.
+    """
+    sources = {
+        "train": [(name, "train") for name in PAPER_TRAIN],
+        "test": [(name, eval_split(name)) for name in PAPER_EVAL],
+    }
+    unknown = [s for s in splits if s not in sources]
+    if unknown:
+        raise ValueError(f"paper data has splits 'train' and 'test', not {unknown}")
+    written = []
+    for split in splits:
+        rows = _mixed_rows(sources[split], split, protocol, trainer, limit, data_dir)
+        path = write_rows(rows, Path(output) / f"{split}.parquet")
+        print(f"wrote {len(rows)} rows to {path}")
+        written.append(path)
+    return written
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dataset",
+        action="append",
+        help="'world', a paper dataset name (nq, hotpotqa, ...) or a jsonl/parquet path; repeat to concatenate",
+    )
+    parser.add_argument(
+        "--paper",
+        action="store_true",
+        help="Search-R1's data instead of --dataset: train = NQ + HotpotQA train, test = the seven sets mixed",
+    )
+    parser.add_argument(
+        "--data-dir", default=None, help="local <name>/<split>.jsonl files used instead of the hub for named datasets"
+    )
+    parser.add_argument(
+        "--split",
+        action="append",
+        help="split(s) to write, one <split>.parquet each (default: train and test for 'world', else test)",
+    )
+    parser.add_argument("--output", required=True, help="output folder")
+    parser.add_argument(
+        "--protocol", default="search-r1", help="prompt/tag protocol (search-r1, r1-searcher, r-search)"
+    )
+    parser.add_argument("--trainer", choices=["verl", "skyrl"], default="verl", help="adds agent_name or env_class")
+    parser.add_argument("--limit", type=int, default=None, help="keep the first N questions of each dataset")
+
+
+def write_datasets(args: argparse.Namespace) -> list[Path]:
+    """Write one parquet file per split from parsed command-line arguments; returns the paths."""
+    if args.paper == bool(args.dataset):
+        raise ValueError("give either --dataset (repeatable) or --paper")
+    if args.paper:
+        return write_paper_datasets(
+            args.output, args.protocol, args.trainer, args.limit, args.data_dir, args.split or ("train", "test")
+        )
+    splits = args.split or (["train", "test"] if args.dataset == ["world"] else ["test"])
+    written = []
+    rows_per_split = build_rows(args.dataset, splits, args.protocol, args.trainer, args.limit, args.data_dir)
+    for split, rows in rows_per_split.items():
+        path = write_rows(rows, Path(args.output) / f"{split}.parquet")
+        print(f"wrote {len(rows)} rows to {path}")
+        written.append(path)
+    return written
+
+
+def _run(args: argparse.Namespace) -> int:
+    write_datasets(args)
+    return 0
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``searchenv verl-data`` on the CLI's subparsers."""
+    parser = subparsers.add_parser(
+        "verl-data", help="write Search-R1 / veRL (or SkyRL) training parquet files", description=_DESCRIPTION
+    )
+    _add_arguments(parser)
+    parser.set_defaults(handler=_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> list[Path]:
+    parser = argparse.ArgumentParser(prog="python -m searchenv.adapters.rows", description=_DESCRIPTION)
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return write_datasets(args)
+    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as exc:
+        parser.error(str(exc))
+
+
+if __name__ == "__main__":
+    main()

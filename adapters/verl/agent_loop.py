@@ -1,0 +1,272 @@
+"""veRL adapter: an agent loop that plays SearchQA episodes, and a ``compute_score`` backed by reward specs.
+
+**Agent loop** (``agent_name: searchenv_agent``). veRL runs one :meth:`SearchEnvAgentLoop.run` coroutine per
+sample, token-in/token-out against its rollout servers (vLLM/SGLang). Each turn the loop asks the server to
+continue the episode's context, stopping at the protocol's closing tags, steps the environment without
+blocking the event loop (:func:`searchenv.step_batch_async`), and appends the environment's text with
+:class:`~searchenv.tokenization.EpisodeTokens`, so ``response_mask`` is 1 exactly on sampled tokens and 0 on
+inserted information blocks and hints (SPEC §2).
+
+**Reward from the episode.** The score is the finished episode's reward (``env.unwrapped.episode.reward``, computed
+by the environment's reward spec from what the episode actually did) and goes out as ``reward_score``. veRL turns
+it into ``rm_scores`` on the last response token and, because it is set, never runs its reward manager on this
+sample (``AgentLoopWorker._compute_score`` only scores outputs whose ``reward_score`` is ``None``). The episode's
+metrics (reward parts, searches, invalid actions) go to ``extra_fields["reward_extra_info"]``, which veRL logs.
+
+**Fields veRL's servers report.** Each turn's ``TokenOutput.extra_fields`` (weights version ``global_steps`` /
+``min_global_steps`` / ``max_global_steps``, prefix-cache hits, speculative-decoding counts, and whatever a later
+veRL adds) is carried into the output's ``extra_fields`` by :func:`merge_server_fields`, merged across turns as
+veRL's own tool loop does; veRL's v1 trainer reads the weights versions of every trajectory.
+
+Select it with ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` (required: the ``env`` options live
+there) pointing at a YAML such as
+``adapters/verl/configs/agent_loop.yaml``::
+
+    - name: searchenv_agent
+      _target_: searchenv.adapters.verl.agent_loop.SearchEnvAgentLoop
+      env: {retriever: "http://127.0.0.1:8000", reward: em, topk: 3, max_turns: 4}
+      max_action_tokens: 500
+
+and the ``agent_name`` column that :mod:`searchenv.adapters.rows` writes.
+
+**Reward function: the text path.** :func:`compute_score` scores a decoded response string; it is for rows that do
+not go through this agent loop (veRL's single-turn loop, offline scoring of saved responses from a parquet file):
+``reward.custom_reward_function.path=pkg://searchenv.adapters.verl.agent_loop`` with ``name=compute_score`` and optional
+``reward_kwargs`` (``reward``, ``protocol``). It re-reads tags from text, so it cannot know which searches really ran
+or what the engine returned; episodes played by the agent loop never use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    _agent_loop_registry,
+    register,
+)
+from verl.experimental.agent_loop.tool_agent_loop import SPEC_DECODE_EXTRA_KEYS
+
+from searchenv.adapters.rows import AGENT_NAME, PROMPT_MODES, choose_conversation, episode_env, plain, row_example
+from searchenv.data.datasets import golden_answers
+from searchenv.env.search_qa import SearchQAEnv, step_batch_async
+from searchenv.episode.rollout import Rollout
+from searchenv.reward_specs import load_reward
+from searchenv.tokenization import EpisodeTokens
+
+__all__ = ["SearchEnvAgentLoop", "compute_score", "merge_server_fields"]
+
+
+def merge_server_fields(fields: dict[str, Any], turn_fields: Mapping[str, Any]) -> None:
+    """Fold one turn's ``TokenOutput.extra_fields`` into the episode's, in place.
+
+    The first turn's fields are taken whole. Later turns update ``max_global_steps`` (the newest weights version
+    that generated part of the trajectory) and add up the speculative-decoding counts, as veRL's tool agent loop
+    does; keys a later turn brings that earlier turns lacked are added, so a field a new veRL reports is never
+    dropped. Every other key keeps its first-turn value (``min_global_steps``: the oldest weights version).
+    """
+    if not fields:
+        fields.update(turn_fields)
+        return
+    for key, value in turn_fields.items():
+        if key not in fields:
+            fields[key] = value
+        elif key == "max_global_steps" and value is not None:
+            fields[key] = value
+        elif key in SPEC_DECODE_EXTRA_KEYS and value is not None and fields[key] is not None:
+            fields[key] = int(fields[key]) + int(value)
+
+
+class SearchEnvAgentLoop(AgentLoopBase):
+    """Multi-turn SearchQA rollouts inside veRL's agent-loop workers.
+
+    Args (besides veRL's own, which it passes on):
+        env: SearchQAEnv options shared by every episode (``retriever``, ``corpus``, ``reward``, ``topk``,
+            ``max_turns``, ``protocol``, ``budget``, …); required, so that a loop veRL builds without the YAML
+            fails instead of searching the built-in world. The question and gold answers come from each row.
+        prompt: ``"auto"`` (default), ``"dataset"`` or ``"env"``: whether the row's ``prompt`` messages or the
+            environment's prompt start the episode (:func:`searchenv.adapters.rows.choose_conversation`;
+            ``auto`` keeps the row's messages when they already name the search tag).
+        max_action_tokens: cap on tokens generated per turn (Search-R1: 500); the whole response is further
+            capped by ``rollout.response_length``.
+        stop: pass the protocol's closing tags to the engine as stop strings (needs
+            ``rollout.skip_tokenizer_init=False`` with vLLM). Without them the engine runs on and the tokens
+            after the first closing tag are cut, as Search-R1 does.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        env: Mapping[str, Any] | None = None,
+        prompt: str = "auto",
+        max_action_tokens: int = 500,
+        stop: bool = True,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        if env is None:
+            raise ValueError(
+                f"{AGENT_NAME} was built without env options, so it would search BM25 over the built-in world: point "
+                "actor_rollout_ref.rollout.agent.agent_loop_config_path at a YAML whose entry has an `env:` block "
+                "(retriever, corpus, reward, ...); `searchenv verl files DIR` writes an example"
+            )
+        if prompt not in PROMPT_MODES:
+            raise ValueError(f"searchenv_agent: prompt must be one of {PROMPT_MODES}, got {prompt!r}")
+        if int(max_action_tokens) < 1:
+            raise ValueError(f"searchenv_agent: max_action_tokens must be positive, got {max_action_tokens!r}")
+        self.env_options = dict(plain(env) or {})
+        self.prompt_mode = prompt
+        self.max_action_tokens = int(max_action_tokens)
+        self.stop = bool(stop)
+        self.response_length = int(self.rollout_config.response_length)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        """Play one episode for one dataset row (veRL passes the row's columns as ``kwargs``)."""
+        reward_model = plain(kwargs.get("reward_model")) or {}
+        if "ground_truth" not in reward_model:
+            raise ValueError(
+                "searchenv_agent needs reward_model.ground_truth in every row "
+                "(write the data with: python -m searchenv.adapters.rows)"
+            )
+        messages = kwargs.get("raw_prompt")
+        example = row_example(
+            reward_model["ground_truth"], kwargs.get("extra_info"), messages, kwargs.get("data_source")
+        )
+        # The first episode of a config may build an index: keep that off the event loop.
+        env, info = await asyncio.to_thread(episode_env, example, self.env_options)
+        conversation = choose_conversation(messages, env.episode.prompt, env.protocol, self.prompt_mode)
+        prompt_ids = await self.ct_build_initial_tokens(conversation)
+
+        tokens = EpisodeTokens(self.tokenizer, prompt_ids, env.protocol)
+        params = dict(sampling_params)
+        if self.stop:
+            params["stop"] = list(info["stop_strings"])
+        request_id = uuid4().hex
+        timing = {"generate_sequences": 0.0, "tool_calls": 0.0}
+        preempted = -1
+        server_fields: dict[str, Any] = {}
+        routed_experts = None
+        while not env.episode.done:
+            room = self.response_length - len(tokens.response_ids)
+            if room <= 0:
+                break
+            params["max_tokens"] = min(self.max_action_tokens, room)
+            started = time.perf_counter()
+            output = await self.server_manager.generate(
+                request_id=request_id, prompt_ids=tokens.context_ids, sampling_params=params
+            )
+            timing["generate_sequences"] += time.perf_counter() - started
+            if output.num_preempted is not None:
+                preempted = max(preempted, 0) + output.num_preempted
+            merge_server_fields(server_fields, output.extra_fields)
+            if output.routed_experts is not None:
+                routed_experts = output.routed_experts  # the last turn's routing spans the whole context
+            action = self._add_turn(env, tokens, list(output.token_ids), output.log_probs)
+            started = time.perf_counter()
+            observation = (await step_batch_async([env], [action]))[0].observation
+            timing["tool_calls"] += time.perf_counter() - started
+            if observation:
+                tokens.add_env(observation)
+        return self._output(env, tokens, timing, preempted, server_fields, routed_experts)
+
+    def _add_turn(
+        self, env: SearchQAEnv, tokens: EpisodeTokens, ids: list[int], logprobs: Sequence[float] | None
+    ) -> str:
+        """Record one generated turn and return the action text the environment gets.
+
+        Tokens after the first complete search/answer tag are cut together with the text the environment
+        drops; the action is decoded without special tokens (an end-of-sequence token is not part of it).
+        """
+        if ids and not logprobs:
+            logprobs = None  # veRL's server client reports [] when log-probabilities were not requested
+        return tokens.add_action(ids, logprobs, env.protocol)
+
+    def _output(
+        self,
+        env: SearchQAEnv,
+        tokens: EpisodeTokens,
+        timing: dict[str, float],
+        preempted: int,
+        server_fields: Mapping[str, Any],
+        routed_experts: Any,
+    ) -> AgentLoopOutput:
+        episode = env.episode
+        cut_by_length = not episode.done
+        if cut_by_length:
+            # The response budget ran out before an answer or the action budget: score what there is, so
+            # every sample of the batch carries a reward and the same metric keys.
+            env.truncate()
+        built = tokens.result()
+        n = self.response_length
+        metrics = {
+            **episode.metrics(),
+            "cut_by_length": float(cut_by_length),
+            "response_tokens": float(min(len(built.response_ids), n)),
+            "model_tokens": float(sum(built.loss_mask[:n])),
+        }
+        return AgentLoopOutput(
+            prompt_ids=built.prompt_ids,
+            response_ids=built.response_ids[:n],
+            response_mask=built.loss_mask[:n],
+            response_logprobs=built.logprobs[:n] if built.logprobs is not None else None,
+            routed_experts=routed_experts[: len(built.prompt_ids) + n] if routed_experts is not None else None,
+            num_turns=1 + len(episode.segments),
+            reward_score=float(episode.reward),
+            metrics=AgentLoopMetrics(**timing, num_preempted=preempted),
+            extra_fields={**server_fields, "reward_extra_info": metrics, "turn_scores": [], "tool_rewards": []},
+        )
+
+
+# veRL's AgentLoopWorker first loads the agent-loop YAML into its registry, then imports this module while building
+# the first loop: a plain @register here would then replace the YAML entry (and its env options) with a bare one for
+# every later episode. The bare entry is only added when no YAML entry is there.
+if AGENT_NAME not in _agent_loop_registry:
+    register(AGENT_NAME)(SearchEnvAgentLoop)
+
+
+# -- custom_reward_function --------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=16)
+def _reward_spec(name: str) -> Any:
+    return load_reward(name)
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    reward: str = "em",
+    protocol: str = "search-r1",
+    **kwargs: Any,
+) -> dict[str, float]:
+    """veRL's reward-function signature, scored by a searchenv reward spec from the response text (the text path).
+
+    Only for responses that did not come from :class:`SearchEnvAgentLoop` (whose episodes carry their own score):
+    the searches and retrieved passages are read back from the text, not from what an environment executed.
+
+    Args:
+        data_source: the row's data source (unused; every source is scored the same way).
+        solution_str: the decoded response: model turns and inserted information blocks, without the prompt.
+        ground_truth: ``{"target": [...]}`` (Search-R1), a plain string, or a list of strings.
+        extra_info: the row's ``extra_info``; its ``question`` is passed to specs that use it.
+        reward: reward spec name or spec file path (set it with ``custom_reward_function.reward_kwargs``).
+        protocol: the tag protocol of the responses.
+
+    Returns:
+        ``{"score": reward, **parts}`` — veRL logs every key.
+    """
+    rollout = Rollout.from_text(
+        solution_str,
+        golden_answers(plain(ground_truth)),
+        protocol=protocol,
+        question=str((plain(extra_info) or {}).get("question") or ""),
+    )
+    result = _reward_spec(reward)(rollout)
+    return {"score": float(result.reward), **{k: float(v) for k, v in result.parts.items()}}

@@ -1,0 +1,3 @@
+"""The native BM25 engine: bit-packed block postings on disk (:mod:`.postings`), built in bounded memory by
+worker processes (:mod:`.token_table`, :mod:`.segments`, :mod:`.build`) and searched by numba MaxScore kernels
+(:mod:`.search`) through a memory-mapped term dictionary (:mod:`.term_lookup`)."""

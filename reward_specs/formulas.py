@@ -1,0 +1,364 @@
+"""The reward formulas a spec file can name, and the measurements every one of them starts from.
+
+Formulas (the study's eq. 3/4, Search-R1, R1-Searcher and R-Search; every one reads the prediction the episode
+accepted — the answer tag of the final action — never text the environment inserted or the model wrote after it):
+
+========================  ===========================================================================  ===============
+formula                   reward                                                                        range
+========================  ===========================================================================  ===============
+``outcome``               metric (``em`` / ``f1`` / ``cem``) — Search-R1 eq. 4                          [0, 1]
+``format``                1 correct+well-formed, 1−λf correct+malformed, λf wrong+well-formed, else 0  [0, 1]
+                          (study eq. 3; "correct" = metric ``em`` or ``cem`` is 1)
+``format_retrieval``      as ``format``, plus λr when wrong, well-formed and a gold answer occurs in    [0, 1]
+                          some retrieved passage (study eq. 4)
+``r1_searcher_stage1``    0.5·[≥1 search] + 0.5·[well-formed] (R1-Searcher stage 1)                    [0, 1]
+``r1_searcher_stage2``    metric (F1) + (0 if well-formed else −2) (R1-Searcher stage 2)              [−2, 1]
+``r_search``              answer F1 + evidence F1 + γe·[one evidence block, or no search] +             [0, 2+γe+γa]
+                          γa·[one answer block] (R-Search)
+========================  ===========================================================================  ===============
+
+A spec file (read by :mod:`searchenv.reward_specs.loader`) names one of them with its keys. Every result carries
+the same parts for dashboards: ``answer_score`` (the metric in use; F1 for ``r1_searcher_stage1``, which does not
+reward the answer), ``em``, ``f1``, ``cem``, ``format_ok``, ``retrieval_hit``, ``num_searches``, and for R-Search
+``evidence_score``, ``evidence_format_ok``, ``answer_format_ok``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from searchenv.episode.rollout import RewardResult, Rollout
+from searchenv.lazy import LazyDict, LazyKeys, computed_once
+from searchenv.reward_specs.blocks import block_content
+from searchenv.reward_specs.format_check import check_format, check_turns, single_block
+from searchenv.reward_specs.metrics import (
+    NORMALISED_METRICS,
+    answer_in_passages,
+    cover_exact_match,
+    exact_match,
+    f1_score,
+    normalised_golds,
+    normalised_scores,
+    normalize_answer,
+)
+
+__all__ = ["FORMULAS", "METRICS", "Answerer", "RewardSpecError"]
+
+
+class RewardSpecError(ValueError):
+    """A reward spec that cannot be built: the message names the problem and the valid choices."""
+
+
+Answerer = Callable[[str, str], str]
+METRICS: dict[str, Callable[[str | None, tuple[str, ...]], float]] = {
+    "em": exact_match,
+    "f1": f1_score,
+    "cem": cover_exact_match,
+}
+_BINARY_METRICS = ("em", "cem")
+
+
+# -- measurements every formula starts from --------------------------------------------------------------------
+PART_NAMES: tuple[str, ...] = ("answer_score", "em", "f1", "cem", "format_ok", "retrieval_hit", "num_searches")
+_PART_KEYS = LazyKeys.of(PART_NAMES)
+
+
+class _Measured:
+    """The answer scores, format verdict and retrieval hit of one rollout for one spec's metric: each computed
+    the first time the formula or a reader of the parts needs it, then kept.
+
+    A spec's reward reads only what its formula uses (``em`` reads its one score, never the format grammar or
+    the passages); the rest of the parts are a :class:`~searchenv.lazy.LazyDict`, computed when read.
+    """
+
+    def __init__(self, rollout: Rollout, metric: str):
+        self._facts, self._golds, self._protocol = rollout.facts, rollout.golden_answers, rollout.protocol
+        self._metric = metric
+        # Normalised at once, not on first read: nearly every formula scores the answer, and a lazy attribute's
+        # first read costs as much as normalising a short answer.
+        self._prediction = normalize_answer(self._facts.prediction)
+        self._golds_normalised = normalised_golds(self._golds)
+
+    def score(self) -> float:
+        """The spec's answer metric (``em``, ``f1``, ``cem``) alone: an ``em`` reward never counts F1 tokens."""
+        return NORMALISED_METRICS[self._metric](self._prediction, self._golds_normalised)
+
+    @computed_once
+    def scores(self) -> dict[str, float]:  # em, f1, cem
+        return normalised_scores(self._prediction, self._golds_normalised)
+
+    @computed_once
+    def format_ok(self) -> bool:
+        if self._protocol.answer_mode == "tag":
+            return check_format(self._facts.response, self._protocol).ok
+        return check_turns(self._facts.turns).ok
+
+    @computed_once
+    def retrieval_hit(self) -> bool:
+        return answer_in_passages(self._golds, self._facts.shown_texts)
+
+    @property
+    def num_searches(self) -> int:
+        return self._facts.num_searches
+
+    def parts(self, **known: float) -> LazyDict:
+        """The dashboard parts (:data:`PART_NAMES` plus the ``known`` ones a formula computed already), computed
+        at the first read."""
+        if not known:  # every formula but R-Search's: a bound method costs less to make than a closure
+            return LazyDict.of(_PART_KEYS, self._part_values)
+        return LazyDict.of(LazyKeys.of((*PART_NAMES, *known)), lambda: {**self._part_values(), **known})
+
+    def _part_values(self) -> dict[str, float]:
+        return {
+            "answer_score": self.scores[self._metric],
+            **self.scores,
+            "format_ok": float(self.format_ok),
+            "retrieval_hit": float(self.retrieval_hit),
+            "num_searches": float(self.num_searches),
+        }
+
+
+# -- parameter checks ---------------------------------------------------------------------------------------------
+def _number(formula: str, key: str, value: Any, low: float, high: float, *, high_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RewardSpecError(f"{formula}: {key} must be a number, got {value!r}")
+    upper = ")" if high_open else "]"
+    if not (low <= value < high if high_open else low <= value <= high):
+        raise RewardSpecError(f"{formula}: {key} must be in [{low:g}, {high:g}{upper}, got {value!r}")
+    return float(value)
+
+
+def _choice(formula: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise RewardSpecError(f"{formula}: {key} must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+# -- formulas --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Formula:
+    """Shared shape of a formula: its name, a description, and ``__call__`` from rollout to result."""
+
+    formula: ClassVar[str]
+    name: str = ""
+    description: str = ""
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        """Smallest and largest reward this spec can return."""
+        raise NotImplementedError
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class OutcomeReward(_Formula):
+    """Search-R1's outcome-only reward: the answer metric, nothing else."""
+
+    formula: ClassVar[str] = "outcome"
+    metric: str = "em"
+
+    def __post_init__(self) -> None:
+        _choice(self.formula, "metric", self.metric, tuple(METRICS))
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        measured = _Measured(rollout, self.metric)
+        return RewardResult(measured.score(), measured.parts())
+
+
+@dataclass(frozen=True)
+class FormatReward(_Formula):
+    """The study's eq. 3: a format bonus λf for wrong but well-formed answers, a λf penalty on malformed ones."""
+
+    formula: ClassVar[str] = "format"
+    metric: str = "em"
+    lambda_f: float = 0.2
+
+    def __post_init__(self) -> None:
+        _choice(self.formula, "metric", self.metric, _BINARY_METRICS)
+        _number(self.formula, "lambda_f", self.lambda_f, 0.0, 1.0, high_open=True)
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
+    def _bonus(self, measured: _Measured) -> float:
+        """Extra reward for a wrong, well-formed answer on top of λf (none in eq. 3)."""
+        return 0.0
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        measured = _Measured(rollout, self.metric)
+        correct = measured.score() == 1.0
+        if correct:
+            reward = 1.0 if measured.format_ok else 1.0 - self.lambda_f
+        elif measured.format_ok:
+            reward = self.lambda_f + self._bonus(measured)
+        else:
+            reward = 0.0
+        return RewardResult(reward, measured.parts())
+
+
+@dataclass(frozen=True)
+class FormatRetrievalReward(FormatReward):
+    """The study's eq. 4: eq. 3 plus λr when the answer is wrong, the format right and a gold answer retrieved.
+
+    λf + λr must stay below 1 so that no wrong answer earns as much as a correct one.
+    """
+
+    formula: ClassVar[str] = "format_retrieval"
+    lambda_r: float = 0.1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _number(self.formula, "lambda_r", self.lambda_r, 0.0, 1.0, high_open=True)
+        if self.lambda_f + self.lambda_r >= 1.0:
+            raise RewardSpecError(
+                f"{self.formula}: lambda_f + lambda_r must be below 1 (a wrong answer would earn as much as a "
+                f"correct one), got {self.lambda_f} + {self.lambda_r}"
+            )
+
+    def _bonus(self, measured: _Measured) -> float:
+        return self.lambda_r if measured.retrieval_hit else 0.0
+
+
+@dataclass(frozen=True)
+class R1SearcherStage1(_Formula):
+    """R1-Searcher stage 1: learn to call retrieval and keep the format; the answer is not rewarded yet."""
+
+    formula: ClassVar[str] = "r1_searcher_stage1"
+    retrieval_reward: float = 0.5
+    format_reward: float = 0.5
+
+    def __post_init__(self) -> None:
+        _number(self.formula, "retrieval_reward", self.retrieval_reward, 0.0, 1.0)
+        _number(self.formula, "format_reward", self.format_reward, 0.0, 1.0)
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        return (0.0, self.retrieval_reward + self.format_reward)
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        measured = _Measured(rollout, "f1")
+        reward = self.retrieval_reward * (measured.num_searches >= 1) + self.format_reward * measured.format_ok
+        return RewardResult(reward, measured.parts())
+
+
+@dataclass(frozen=True)
+class R1SearcherStage2(_Formula):
+    """R1-Searcher stage 2: the answer metric (F1 in the paper) minus a penalty when the format is wrong."""
+
+    formula: ClassVar[str] = "r1_searcher_stage2"
+    metric: str = "f1"
+    format_penalty: float = 2.0
+
+    def __post_init__(self) -> None:
+        _choice(self.formula, "metric", self.metric, tuple(METRICS))
+        _number(self.formula, "format_penalty", self.format_penalty, 0.0, 10.0)
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        return (-self.format_penalty, 1.0)
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        measured = _Measured(rollout, self.metric)
+        reward = measured.score() - (0.0 if measured.format_ok else self.format_penalty)
+        return RewardResult(reward, measured.parts())
+
+
+def _resolve_answerer(value: Any, options: Mapping[str, Any] | None) -> Answerer:
+    """Turn the spec's ``answerer`` ("module:attr" or a callable) into a callable, instantiating classes."""
+    builtins = "'searchenv.reward_specs.answerers:lexical_overlap' (CPU baseline) or "
+    builtins += "'searchenv.reward_specs.answerers:HFAnswerer' with answerer_options {model: /local/path}"
+    if value is None:
+        raise RewardSpecError(
+            "r_search: no 'answerer' configured; the evidence reward needs one (it is never silently 0). "
+            f"Set answerer: 'module:attr' naming a callable (question, evidence) -> answer, e.g. {builtins}; "
+            "in Python: load_reward('r-search', answerer=my_callable)"
+        )
+    target = value
+    if isinstance(value, str):
+        module_name, sep, attr = value.partition(":")
+        if not sep or not module_name or not attr:
+            raise RewardSpecError(f"r_search: answerer must be 'module:attr', got {value!r}; e.g. {builtins}")
+        try:
+            target = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise RewardSpecError(f"r_search: cannot import answerer {value!r}: {exc}") from exc
+    if isinstance(target, type):
+        target = target(**dict(options or {}))
+    elif options:
+        raise RewardSpecError("r_search: answerer_options only apply when the answerer names a class")
+    if not callable(target):
+        raise RewardSpecError(f"r_search: answerer {value!r} is not callable (needs (question, evidence) -> answer)")
+    return target
+
+
+@dataclass(frozen=True)
+class RSearchReward(_Formula):
+    """R-Search: answer F1 + evidence F1 (judged by a frozen answerer) + format rewards γe and γa.
+
+    The evidence is the content of the last evidence block the model wrote; without one the evidence
+    score is 0 (there is nothing to judge). An answer cached in ``rollout.extras["evidence_answer"]`` is
+    used instead of calling the answerer, so batch pipelines can judge all evidence at once beforehand.
+    An error inside the answerer propagates: a broken judge must not turn into silent zero rewards.
+    Needs a protocol with evidence tags (``r-search``).
+    """
+
+    formula: ClassVar[str] = "r_search"
+    metric: str = "f1"
+    gamma_e: float = 0.2
+    gamma_a: float = 0.2
+    answerer: Any = None
+    answerer_options: Mapping[str, Any] | None = None
+    _answer_fn: Answerer = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _choice(self.formula, "metric", self.metric, tuple(METRICS))
+        _number(self.formula, "gamma_e", self.gamma_e, 0.0, 1.0)
+        _number(self.formula, "gamma_a", self.gamma_a, 0.0, 1.0)
+        object.__setattr__(self, "_answer_fn", _resolve_answerer(self.answerer, self.answerer_options))
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        return (0.0, 2.0 + self.gamma_e + self.gamma_a)
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        tags = rollout.protocol.evidence_tags
+        if tags is None:
+            raise RewardSpecError(
+                f"r_search reward needs a protocol with evidence tags (e.g. 'r-search'); "
+                f"rollout uses {rollout.protocol.name!r}"
+            )
+        measured = _Measured(rollout, self.metric)
+        evidence = block_content(rollout.model_text, tags)
+        if "evidence_answer" in rollout.extras:
+            evidence_answer = rollout.extras["evidence_answer"]
+        elif evidence:
+            evidence_answer = self._answer_fn(rollout.question, evidence)
+        else:
+            evidence_answer = None
+        evidence_score = f1_score(evidence_answer, rollout.golden_answers)
+        evidence_ok = rollout.num_searches == 0 or single_block(rollout.model_text, tags, rollout.protocol).ok
+        answer_ok = single_block(rollout.model_text, rollout.protocol.answer_tags, rollout.protocol).ok
+        answer_score = measured.score()
+        reward = answer_score + evidence_score + self.gamma_e * evidence_ok + self.gamma_a * answer_ok
+        parts = measured.parts(
+            evidence_score=evidence_score,
+            evidence_format_ok=float(evidence_ok),
+            answer_format_ok=float(answer_ok),
+        )
+        return RewardResult(reward, parts)
+
+
+FORMULAS: dict[str, type[_Formula]] = {
+    cls.formula: cls
+    for cls in (OutcomeReward, FormatReward, FormatRetrievalReward, R1SearcherStage1, R1SearcherStage2, RSearchReward)
+}

@@ -1,0 +1,10 @@
+"""One episode as a record: its turns (:mod:`.turns`), the :class:`Episode` that holds them (:mod:`.episode`),
+and the reward contract that reads them (:mod:`.rollout`: :class:`Rollout` in, :class:`RewardResult` out).
+
+Every reward, metric, ``info`` field and log line is derived from the turns, through one :class:`Facts`."""
+
+from searchenv.episode.episode import Episode, Segment
+from searchenv.episode.rollout import RewardResult, RewardSpec, Rollout
+from searchenv.episode.turns import Facts, Turn
+
+__all__ = ["Episode", "Facts", "RewardResult", "RewardSpec", "Rollout", "Segment", "Turn"]

@@ -1,0 +1,61 @@
+"""The papers' tag protocols: Search-R1 (and its few-shot variant for tiny models), R1-Searcher and R-Search."""
+
+from __future__ import annotations
+
+from searchenv.protocol.base import Protocol
+
+__all__ = ["TAG_PROTOCOLS"]
+
+# One worked example instead of instructions: tiny instruct models (SmolLM2-135M) never wrote a tag in 16
+# samples from the instruction above, but copy the example's shape; short, since prompt tokens dominate CPU time.
+_SEARCH_R1_FEWSHOT_PROMPT = (
+    "Answer the question. Think inside <think> </think>, search with <search> query </search> (results come "
+    "back inside <information> </information>) and give the final answer inside <answer> </answer>.\n\n"
+    "Question: Who founded Orvane Abbey?\n<think> I do not know, I should search. </think>\n"
+    "<search> Orvane Abbey founder </search>\n\n<information>Doc 1(Title: Orvane Abbey) Orvane Abbey was founded "
+    "by Tesk Mallor in 1210.\n</information>\n\n<think> The passage says Tesk Mallor. </think>\n"
+    "<answer> Tesk Mallor </answer>\n\nQuestion: {question}\n"
+)
+
+_R1_SEARCHER_PROMPT = (
+    "Answer the question below. Reason step by step inside <think> and </think>. When you need facts you do "
+    "not have, write a query as <|begin_of_query|> your query <|end_of_query|>; the retrieved documents "
+    "will be returned between <|begin_of_documents|> and <|end_of_documents|>. You may query several "
+    "times. Give the final answer inside <answer> and </answer> without explanation. Question: {question}\n"
+)
+
+_R_SEARCH_PROMPT = (
+    "Answer the question below. When you need facts you do not have, write <search> your query </search>; "
+    "the results will be returned between <observation> and </observation>. You may search several times. "
+    "Before answering, write the evidence you rely on, distilled from all observations, inside "
+    "<original_evidence> and </original_evidence>, then give only the final answer inside <answer> and "
+    "</answer>. Question: {question}\n"
+)
+
+
+TAG_PROTOCOLS: dict[str, Protocol] = {
+    "search-r1": Protocol(name="search-r1"),
+    "search-r1-fewshot": Protocol(name="search-r1-fewshot", prompt_template=_SEARCH_R1_FEWSHOT_PROMPT),
+    "r1-searcher": Protocol(
+        name="r1-searcher",
+        search_tags=("<|begin_of_query|>", "<|end_of_query|>"),
+        information_tags=("<|begin_of_documents|>", "<|end_of_documents|>"),
+        prompt_template=_R1_SEARCHER_PROMPT,
+        invalid_hint=(
+            "\nMy previous action is invalid. To search, I should put the query between <|begin_of_query|> "
+            "and <|end_of_query|>. To answer, I should put the answer between <answer> and </answer>.\n"
+        ),
+    ),
+    "r-search": Protocol(
+        name="r-search",
+        information_tags=("<observation>", "</observation>"),
+        think_tags=None,
+        evidence_tags=("<original_evidence>", "</original_evidence>"),
+        prompt_template=_R_SEARCH_PROMPT,
+        invalid_hint=(
+            "\nMy previous action is invalid. To search, I should put the query between <search> and "
+            "</search>. To answer, I should write my evidence in <original_evidence> and </original_evidence> "
+            "and then the answer between <answer> and </answer>.\n"
+        ),
+    ),
+}
