@@ -32,7 +32,7 @@ def start_server(port: int) -> subprocess.Popen:
     command = [
         sys.executable,
         "-m",
-        "searchenv.retrievers.server.command",
+        "searchenv.retrievers.server",
         "--retriever",
         "bm25",
         "--corpus",

@@ -67,7 +67,7 @@ def spawn_server(
     import httpx
 
     port = free_port(host) if port is None else port
-    command = [sys.executable, "-m", "searchenv.retrievers.server.command", *args, "--host", host, "--port", str(port)]
+    command = [sys.executable, "-m", "searchenv.retrievers.server", *args, "--host", host, "--port", str(port)]
     log_file = tempfile.TemporaryFile()  # noqa: SIM115 - the child keeps writing to it after we return
     process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     url = f"http://{host}:{port}"

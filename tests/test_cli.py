@@ -22,7 +22,7 @@ from searchenv.components import build_reward
 
 def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "searchenv.cli.main", *args], input=stdin, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "searchenv.cli", *args], input=stdin, capture_output=True, text=True, timeout=300
     )
 
 

@@ -52,13 +52,14 @@ def test_wheel_in_clean_virtualenv(tmp_path):
     assert top_level == {"searchenv"}, f"the wheel must install only the searchenv namespace, got {top_level}"
     shipped = (
         "retrievers/bm25/retriever.py",
-        "reward_specs/em.yaml",
+        "reward_specs/specs/em.yaml",
         "adapters/__init__.py",
         "adapters/verl/scripts/verl_train.sh",
         "adapters/verl/configs/agent_loop.yaml",
         "adapters/verl/configs/searchenv_tool.yaml",
         "evaluation/runner.py",
-        "env.py",
+        "env/search_qa.py",
+        "protocol/tags.py",
     )
     for module in shipped:
         assert f"searchenv/{module}" in names

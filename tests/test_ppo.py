@@ -237,7 +237,8 @@ def test_chunked_logprobs_and_entropy_equal_the_full_log_softmax(policy):
     assert got.shape == (2, width)
     real = batch.response_mask > 0
     assert torch.allclose(got[real], expected[real], atol=1e-4)
-    assert torch.allclose(entropy[real], expected_entropy[real], atol=1e-3)
+    # entropy sums p·log p over the whole vocabulary: float32 rounding grows with it (relative, not absolute)
+    assert torch.allclose(entropy[real], expected_entropy[real], rtol=1e-3, atol=1e-3)
     # with autograd the chunks are recomputed in the backward pass; gradients flow to the weights
     model.zero_grad(set_to_none=True)
     token_logprobs(model, batch, chunk=5)[real].sum().backward()

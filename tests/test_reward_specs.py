@@ -250,7 +250,7 @@ def test_r_search_without_answerer_fails_at_load() -> None:
         ({"formula": "exact"}, r"unknown reward formula 'exact'; choose one of \['format', 'format_retrieval'"),
         ({"formula": "r_search", "answerer": "lexical_overlap"}, "answerer must be 'module:attr'"),
         ({"formula": "r_search", "answerer": "no_such_module_x:f"}, "cannot import answerer"),
-        ({"formula": "r_search", "answerer": "searchenv.reward_specs.formulas:REWARD_SPECS"}, "is not callable"),
+        ({"formula": "r_search", "answerer": "searchenv.reward_specs.loader:REWARD_SPECS"}, "is not callable"),
         (
             {"formula": "r_search", "answerer": LEXICAL, "answerer_options": {"a": 1}},
             "only apply when the answerer names a class",

@@ -288,7 +288,7 @@ def test_app_reports_an_engine_that_cannot_be_built(corpus_path: Path) -> None:
 @pytest.mark.slow
 def test_serve_exits_non_zero_with_the_cause_when_the_engine_cannot_be_built(corpus_path: Path) -> None:
     for options in (["--option", "no_such_option=1"], ["--retriever", "nosuchmodule:factory"]):
-        command = [sys.executable, "-m", "searchenv.retrievers.server.command", "--corpus", str(corpus_path), *options]
+        command = [sys.executable, "-m", "searchenv.retrievers.server", "--corpus", str(corpus_path), *options]
         done = subprocess.run([*command, "--port", "0"], capture_output=True, text=True, timeout=120)
         assert done.returncode == 1, done.stderr[-2000:]
         assert "could not build retriever" in done.stderr

@@ -138,7 +138,7 @@ def test_dataset_rows_map_to_questions_and_the_curriculum_puts_one_hop_first():
 def test_accelerate_multi_gpu_config_loads_with_accelerates_own_reader():
     from accelerate.commands.config.config_args import load_config_from_file
 
-    config = load_config_from_file(str(ROOT / "adapters" / "accelerate" / "multi_gpu.yaml"))
+    config = load_config_from_file(str(ROOT / "adapters" / "trl" / "accelerate" / "multi_gpu.yaml"))
     assert config.distributed_type.value == "MULTI_GPU" and config.num_processes == 8
     assert str(getattr(config.mixed_precision, "value", config.mixed_precision)) == "bf16"
 

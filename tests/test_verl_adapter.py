@@ -481,7 +481,7 @@ def test_searchenv_verl_subcommand_writes_and_runs_the_packaged_files(tmp_path, 
         written = tmp_path / "launch" / name
         assert written.read_bytes() == launch_file(name).read_bytes()
     assert os.access(tmp_path / "launch" / "verl_train.sh", os.X_OK)
-    assert launch_file("verl_train.sh").parent.parent == Path(searchenv.adapters.__file__).parent
+    assert launch_file("verl_train.sh").parent.parent == Path(searchenv.adapters.verl.__file__).parent
     capfd.readouterr()
     assert cli_main(["verl", "train", "--print-args", "ppo", "paper", "trainer.total_training_steps=9"]) == 0
     printed = capfd.readouterr().out.split("\n")
