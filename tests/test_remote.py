@@ -18,7 +18,8 @@ from servers import free_port, serve_in_thread, spawn_server
 
 from searchenv.corpus import Corpus
 from searchenv.retrievers import make_retriever
-from searchenv.retrievers.http.remote import FailedResults, RemoteRetriever, RetrievalUnavailable, content_id
+from searchenv.retrievers.http.remote import FailedResults, RemoteRetriever, RetrievalUnavailable
+from searchenv.retrievers.http.wire import content_id
 from searchenv.retrievers.http.retry import parse_retry_after
 from searchenv.retrievers.random_retriever import RandomRetriever
 from searchenv.retrievers.server.command import ServerConfig, create_app
@@ -296,7 +297,18 @@ def test_bearer_token_is_sent(engine: RandomRetriever) -> None:
 
 
 @pytest.mark.parametrize(
-    "reply", [b"<html>oops</html>", b'{"result": [[]]}', b'{"answers": []}', b'{"result": [[{"document": 3}]] }']
+    "reply",
+    [
+        b"<html>oops</html>",
+        b'{"result": [[]]}',
+        b'{"answers": []}',
+        b'{"result": [[{"document": 3}]] }',
+        # a document whose contents are null (or not text) would be shown to the model as "Doc 1(Title: None)"
+        b'{"result": [[{"document": {"id": "1", "contents": null}}], []]}',
+        b'{"result": [[{"document": {"id": "1", "contents": 7}}], []]}',
+        b'{"result": [[{"document": {"id": "1", "title": "t"}}], []]}',
+        b'{"result": [[{"document": {"id": "1", "contents": "t"}, "score": "high"}], []]}',
+    ],
 )
 def test_malformed_responses_are_clear_errors(search_r1: SearchR1Server, reply: bytes) -> None:
     search_r1.override = reply

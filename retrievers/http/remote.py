@@ -20,7 +20,6 @@ derived from their contents (``sha1:`` + 16 hex digits), with one warning per cl
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import threading
 import warnings
@@ -37,7 +36,8 @@ from searchenv.retrievers.http.retry import (
     attempt_failed_from_exception,
     attempt_failed_from_status,
 )
-from searchenv.types import Passage, split_contents
+from searchenv.retrievers.http.wire import WireError, content_id, parse_hits, request_payload
+from searchenv.types import Passage
 
 if TYPE_CHECKING:  # httpx is imported on first use, so importing this module needs no server extra
     import httpx
@@ -62,11 +62,6 @@ class FailedResults(list):  # type: ignore[type-arg]
         self.retrieval_error = error
 
 
-def content_id(contents: str) -> str:
-    """A stable id for a passage that came without one: ``sha1:`` and the first 16 hex digits of its contents."""
-    return "sha1:" + hashlib.sha1(contents.encode("utf-8")).hexdigest()[:16]
-
-
 def normalise_url(url: str) -> str:
     """``http://host:port`` → ``http://host:port/retrieve``; a URL with a path is kept as given."""
     parts = urlsplit(url.strip())
@@ -74,48 +69,6 @@ def normalise_url(url: str) -> str:
         raise ValueError(f"retrieval service URL must look like http://host:port[/retrieve], got {url!r}")
     path = parts.path.rstrip("/") or "/retrieve"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
-
-
-def _parse_hit(item: Any) -> tuple[Passage, bool]:
-    """One result item (``{"document": {...}, "score": s}`` or a bare document) → ``(passage, id_was_derived)``."""
-    if not isinstance(item, dict):
-        raise TypeError(f"a result item must be an object, got {type(item).__name__}")
-    document, score = (item["document"], item.get("score", 0.0)) if "document" in item else (item, 0.0)
-    if not isinstance(document, dict):
-        raise TypeError(f"a document must be an object, got {type(document).__name__}")
-    stored: str | None = None  # the server's contents string as sent: the information block shows it verbatim
-    if "contents" in document:
-        contents = stored = str(document["contents"])
-        title, text = split_contents(contents)
-    else:
-        title, text = str(document.get("title", "")), str(document["text"])
-        contents = f"{title}\n{text}"
-    passage_id = document.get("id")
-    derived = passage_id is None or passage_id == ""
-    if derived:
-        passage_id = content_id(contents)
-    return Passage(str(passage_id), title, text, float(score if score is not None else 0.0), stored), derived
-
-
-def _parse_response(payload: Any, n_queries: int, k: int) -> tuple[list[list[Passage]], bool]:
-    """The ``result`` lists as passages, and whether any passage needed a derived id."""
-    try:
-        result = payload["result"]
-        if not isinstance(result, list) or len(result) != n_queries:
-            got = len(result) if isinstance(result, list) else type(result).__name__
-            raise ValueError(f"'result' holds {got} lists for {n_queries} queries")
-        derived = False
-        lists = []
-        for hits in result:
-            passages = []
-            for item in hits[:k]:
-                passage, was_derived = _parse_hit(item)
-                passages.append(passage)
-                derived |= was_derived
-            lists.append(passages)
-        return lists, derived
-    except (KeyError, TypeError, ValueError) as exc:
-        raise AttemptFailed("bad_response", f"the response is not Search-R1's format ({exc!r})", False) from None
 
 
 class RemoteRetriever:
@@ -284,7 +237,7 @@ class RemoteRetriever:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
         queries = [str(q) for q in queries]
-        return queries, {"queries": queries, self.topk_field: k, "return_scores": True}
+        return queries, request_payload(queries, k, self.topk_field)
 
     def _attempt(self, payload: dict[str, Any], n_queries: int, k: int) -> list[list[Passage]]:
         import httpx
@@ -299,7 +252,10 @@ class RemoteRetriever:
             decoded = response.json()
         except ValueError:
             raise AttemptFailed("bad_response", f"the response is not JSON: {response.text[:200]!r}", False) from None
-        results, derived = _parse_response(decoded, n_queries, k)
+        try:
+            results, derived = parse_hits(decoded, n_queries, k)
+        except WireError as error:
+            raise AttemptFailed("bad_response", f"the response is not Search-R1's format: {error}", False) from None
         if derived and not self._warned_missing_id:
             self._warned_missing_id = True
             warnings.warn(

@@ -17,11 +17,9 @@ path go through FastAPI.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hmac
 import json
 import logging
-import math
 import os
 import threading
 import time
@@ -32,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from searchenv.retrievers.http.remote import TOKEN_ENV
 from searchenv.retrievers.http.retry import RetrievalUnavailable
+from searchenv.retrievers.http.wire import Limits, WireError, encode_response, parse_request
 from searchenv.retrievers.server.batching import MicroBatcher, QueryCache
 from searchenv.types import Passage, Retriever
 
@@ -48,9 +47,6 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 __all__ = ["ServerConfig", "build_retriever", "create_app"]
 
 log = logging.getLogger("searchenv.server")
-
-
-_TOPK_KEYS = ("topk", "top_k", "k")
 
 
 @dataclass
@@ -130,73 +126,12 @@ class _ClientGone(Exception):
 
 
 def _parse_request(body: bytes, config: ServerConfig) -> tuple[list[str], int, bool]:
-    """Validate a ``/retrieve`` body; returns ``(queries, k, return_scores)`` (a single ``query`` becomes one)."""
-    example = '{"queries": ["who wrote hamlet"], "topk": 3, "return_scores": true}'
+    """Validate a ``/retrieve`` body under this server's limits (:func:`.wire.parse_request`)."""
+    limits = Limits(config.topk, config.max_topk, config.max_queries, config.max_query_chars)
     try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _RequestError(400, "invalid_json", f"the body is not JSON ({exc}); send e.g. {example}") from None
-    if not isinstance(payload, dict):
-        raise _RequestError(400, "invalid_body", f"the body must be a JSON object such as {example}")
-    if ("queries" in payload) == ("query" in payload):
-        raise _RequestError(
-            422, "missing_queries", f"give exactly one of 'queries' (a list) or 'query'; e.g. {example}"
-        )
-    single = "query" in payload
-    queries = [payload["query"]] if single else payload["queries"]
-    if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
-        key = "query" if single else "queries"
-        expected = "a string" if single else "a list of strings"
-        raise _RequestError(422, "invalid_queries", f"'{key}' must be {expected}")
-    if len(queries) > config.max_queries:
-        raise _RequestError(
-            413,
-            "too_many_queries",
-            f"{len(queries)} queries in one request; this server accepts at most "
-            f"{config.max_queries} (split the batch or start the server with a larger --max-queries)",
-        )
-    longest = max((len(q) for q in queries), default=0)
-    if longest > config.max_query_chars:
-        raise _RequestError(
-            413,
-            "query_too_long",
-            f"a query has {longest} characters; the limit is {config.max_query_chars} (--max-query-chars)",
-        )
-    given = [key for key in _TOPK_KEYS if payload.get(key) is not None]
-    if len(given) > 1 and len({json.dumps(payload[key]) for key in given}) > 1:
-        raise _RequestError(422, "conflicting_topk", f"{' and '.join(given)} disagree; send one of them")
-    k = payload[given[0]] if given else config.topk
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= config.max_topk:
-        raise _RequestError(422, "invalid_topk", f"topk must be an integer in [1, {config.max_topk}], got {k!r}")
-    scores = payload.get("return_scores", False)
-    if not isinstance(scores, bool):
-        raise _RequestError(422, "invalid_return_scores", f"return_scores must be true or false, got {scores!r}")
-    return queries, k, scores
-
-
-@functools.lru_cache(maxsize=1 << 18)
-def _document_json(passage_id: str, contents: str) -> str:
-    """A passage's ``{"id", "contents"}`` JSON, memoised: popular passages are encoded once, not per answer."""
-    return json.dumps({"id": passage_id, "contents": contents}, ensure_ascii=False)
-
-
-def _score_json(score: float) -> str:
-    score = float(score)
-    return repr(score) if math.isfinite(score) else json.dumps(score)  # repr is JSON for finite floats, and fast
-
-
-def _encode(results: list[list[Passage]], with_scores: bool) -> bytes:
-    """The response body, assembled from memoised document fragments (JSON-encoding dominated the CPU cost)."""
-    lists = []
-    for hits in results:
-        documents = [_document_json(p.id, p.contents) for p in hits]
-        if with_scores:
-            documents = [
-                f'{{"document": {doc}, "score": {_score_json(p.score)}}}'
-                for doc, p in zip(documents, hits, strict=True)
-            ]
-        lists.append("[" + ", ".join(documents) + "]")
-    return ('{"result": [' + ", ".join(lists) + "]}").encode()
+        return parse_request(body, limits)
+    except WireError as error:
+        raise _RequestError(error.status, error.code, error.detail) from None
 
 
 class _State:
@@ -299,7 +234,7 @@ class _State:
             for query, hits in found.items():
                 self.cache.put(query, k, hits)
             results = [r if r is not None else found[q] for q, r in zip(queries, results, strict=True)]
-        return _encode(results, with_scores)  # type: ignore[arg-type]
+        return encode_response(results, with_scores)  # type: ignore[arg-type]
 
     def engine(self) -> str:
         if self.retriever is None:
