@@ -6,14 +6,16 @@ masks guessed from ``token != pad_id`` (wrong when pad == EOS, as with Qwen2.5),
 concatenated string so boundaries drift, losing the newline before an inserted block, and masks that do
 not match the sequence length.
 
-Inserted text can never become a special token: environment text is encoded with special tokens split
-(``<|im_end|>`` in a passage stays the characters ``<``, ``|``, …, never the end-of-turn id), and the
+Inserted text can never become a special or added token: environment text is encoded with special tokens split
+(``<|im_end|>`` in a passage stays the characters ``<``, ``|``, …, never the end-of-turn id) and added tokens
+broken (``<tool_call>`` in a passage under the Search-R1 protocol never becomes Qwen's tool-call id), and the
 tokenizer's own special-token strings are defused in the prompt before the chat template wraps it. A
 retrieved page therefore cannot end the assistant turn or speak as the user.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -142,11 +144,44 @@ def _special_strings(tokenizer: Any) -> tuple[str, ...]:
     return found
 
 
-def _encode_text(tokenizer: Any, text: str, *, inserted: bool = False) -> list[int]:
-    """Ids of ``text``; ``inserted=True`` (environment text) never produces a special token."""
-    if inserted:
+def _added_strings(tokenizer: Any) -> tuple[str, ...]:
+    """Every added token's string, special or not, longest first (Qwen's ``<tool_call>`` is added, not special)."""
+    cached = getattr(tokenizer, "_searchenv_added_strings", None)
+    if cached is not None:
+        return cached
+    strings = {str(added) for added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values()}
+    found = tuple(sorted((s for s in strings if len(s) > 1), key=len, reverse=True))
+    try:
+        tokenizer._searchenv_added_strings = found
+    except AttributeError:  # a tokenizer that refuses new attributes: recompute next time
+        pass
+    return found
+
+
+def _encode_text(tokenizer: Any, text: str, *, inserted: bool = False, tags: tuple[str, ...] = ()) -> list[int]:
+    """Ids of ``text``. ``inserted=True`` (environment text) never produces an added token of the tokenizer except
+    for the protocol's own ``tags`` the environment wrote around it.
+
+    ``split_special_tokens`` covers special tokens only; an added token that is not special (Qwen2.5's
+    ``<tool_call>``, Qwen3's ``<think>``) would still be matched whole inside a passage. Such a string is encoded in
+    two pieces (its first character, then the rest), which decode to the same characters but never to its id.
+    """
+    if not inserted:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    found = [s for s in _added_strings(tokenizer) if s in text and s not in tags]
+    if not found:
         return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    pattern = re.compile("|".join(re.escape(s) for s in found))
+    ids: list[int] = []
+    position = 0
+    for match in pattern.finditer(text):
+        for piece in (text[position : match.start()], match.group(0)[:1], match.group(0)[1:]):
+            if piece:
+                ids += tokenizer(piece, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        position = match.end()
+    if position < len(text):
+        ids += tokenizer(text[position:], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    return ids
 
 
 def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
@@ -237,12 +272,13 @@ class EpisodeTokens:
             and len(text) >= len(frame[0]) + len(frame[1])
             and any(s in frame[0] + frame[1] for s in _special_strings(self.tokenizer))
         )
+        tags = protocol.all_tags if protocol is not None else ()
         if not framed:
-            return _encode_text(self.tokenizer, text, inserted=True)
+            return _encode_text(self.tokenizer, text, inserted=True, tags=tags)
         body = text[len(frame[0]) : len(text) - len(frame[1])]
         return (
             _encode_text(self.tokenizer, frame[0])
-            + _encode_text(self.tokenizer, body, inserted=True)
+            + _encode_text(self.tokenizer, body, inserted=True, tags=tags)
             + _encode_text(self.tokenizer, frame[1])
         )
 
