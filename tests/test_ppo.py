@@ -199,14 +199,14 @@ def test_cli_options_reach_the_config_and_the_log_plots(tmp_path):
     import argparse
 
     from searchenv.adapters.ppo import train as train_ppo
+    from searchenv.cli.parsers import CommandParser
 
-    commands = argparse.ArgumentParser().add_subparsers(dest="command")
+    commands = argparse.ArgumentParser().add_subparsers(dest="command", parser_class=CommandParser)
     train_ppo.add_parser(commands)
     words = ["--algorithm", "reinforce++", "--group-size", "1", "--chat-template", "off", "--lr", "2e-6"]
-    parsed = commands.choices["train-ppo"].parse_args(words)
-    assert parsed.options == words  # forwarded untouched to the script's own parser
-    args = train_ppo.build_parser().parse_args(words)
-    assert (args.algorithm, args.group_size, args.chat_template, args.lr) == ("reinforce++", 1, "off", 2e-6)
+    for parser in (commands.choices["train-ppo"], train_ppo.build_parser()):  # `searchenv train-ppo`, python -m
+        args = parser.parse_args(words)
+        assert (args.algorithm, args.group_size, args.chat_template, args.lr) == ("reinforce++", 1, "off", 2e-6)
     log = tmp_path / "log.jsonl"
     log.write_text(
         "".join(
