@@ -33,14 +33,14 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from searchenv.cli.arguments import add_dataset_arguments
 from searchenv.data.datasets import HUB_DATASETS, example_from_row, load_dataset
+from searchenv.env.defaults import env_default
+from searchenv.env.search_qa import SearchQAEnv
 from searchenv.protocol import Protocol, get_protocol
 from searchenv.types import QAExample
-
-if TYPE_CHECKING:
-    from searchenv.env.search_qa import SearchQAEnv
 
 __all__ = [
     "AGENT_NAME",
@@ -78,9 +78,9 @@ PAPER_EVAL = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique
 Trainer = Literal["verl", "skyrl"]
 _DESCRIPTION = "Write Search-R1 / veRL (or SkyRL) training parquet files from searchenv datasets."
 
-# Options an adapter passes to every episode's SearchQAEnv unless its config says otherwise. The corpus
-# default is the embedded world, so a bare config trains on the generated world with BM25.
-_ENV_DEFAULTS: dict[str, Any] = {"retriever": "bm25", "corpus": "world", "reward": "em"}
+# What an adapter passes to every episode's SearchQAEnv unless its config says otherwise; every other option is
+# SearchQAEnv's own default. Rows bring their questions but no corpus, so a bare config searches the embedded world.
+_ADAPTER_DEFAULTS: dict[str, Any] = {"corpus": "world"}
 # Per-row fields: the adapters take them from the row, never from the trainer-wide config.
 _ROW_FIELDS = ("dataset", "split")
 # Rollout workers create their first environments from many threads at once; one builds the shared index.
@@ -204,14 +204,13 @@ def _template_env(options_json: str) -> SearchQAEnv:
     Building it once also validates the config (unknown retriever, reward or protocol) at the first episode
     with a clear error, instead of per row.
     """
-    from searchenv.env.search_qa import SearchQAEnv
-
     options = json.loads(options_json)
-    if options["corpus"] == "world" and not str(options["retriever"]).startswith("http"):
+    retriever = options.get("retriever", env_default("retriever"))
+    if options["corpus"] == "world" and not str(retriever).startswith("http"):
         _LOG.warning(
             "searchenv: %s searches the built-in world's corpus (no corpus configured); set corpus to a passage "
             "jsonl for any other dataset",
-            options["retriever"],
+            retriever,
         )
     placeholder = QAExample(id="config-check", question="config check", golden_answers=("-",))
     return SearchQAEnv(dataset=[placeholder], **options)
@@ -224,7 +223,7 @@ def episode_env(example: QAExample, options: Mapping[str, Any] | None = None) ->
     ``reward``, ``topk``, ``max_turns``, ``protocol``, …). Environments built from equal options share one
     retriever (one index, one HTTP client) and one reward spec, so a fresh environment per row costs little.
     """
-    merged = {**_ENV_DEFAULTS, **(plain(options) or {})}
+    merged = {**_ADAPTER_DEFAULTS, **(plain(options) or {})}
     misplaced = [k for k in _ROW_FIELDS if k in merged]
     if misplaced:
         raise ValueError(f"{misplaced} come from each training row, not from the adapter config; remove them")
@@ -234,8 +233,6 @@ def episode_env(example: QAExample, options: Mapping[str, Any] | None = None) ->
         raise ValueError(f"adapter env options must be plain config values (names, paths, numbers): {exc}") from None
     with _TEMPLATE_LOCK:
         template = _template_env(key)
-    from searchenv.env.search_qa import SearchQAEnv
-
     env = SearchQAEnv(dataset=[example], **{**merged, "retriever": template.retriever, "reward": template.reward_spec})
     _, info = env.reset(options={"index": 0})
     return env, info
@@ -245,7 +242,7 @@ def episode_env(example: QAExample, options: Mapping[str, Any] | None = None) ->
 def build_rows(
     datasets: Sequence[str],
     splits: Sequence[str],
-    protocol: str | Protocol = "search-r1",
+    protocol: str | Protocol = env_default("protocol"),
     trainer: Trainer = "verl",
     limit: int | None = None,
     data_dir: str | Path | None = None,
@@ -283,7 +280,7 @@ def eval_split(name: str) -> str:
 
 def write_paper_datasets(
     output: str | Path,
-    protocol: str | Protocol = "search-r1",
+    protocol: str | Protocol = env_default("protocol"),
     trainer: Trainer = "verl",
     limit: int | None = None,
     data_dir: str | Path | None = None,
@@ -311,30 +308,23 @@ def write_paper_datasets(
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dataset",
-        action="append",
-        help="'world', a paper dataset name (nq, hotpotqa, ...) or a jsonl/parquet path; repeat to concatenate",
+    add_dataset_arguments(
+        parser,
+        several_datasets=True,
+        several_splits=True,
+        split_help="split to write, one <split>.parquet each (default: train and test for 'world', else test)",
+        limit_help="keep the first N questions of each dataset",
     )
     parser.add_argument(
         "--paper",
         action="store_true",
         help="Search-R1's data instead of --dataset: train = NQ + HotpotQA train, test = the seven sets mixed",
     )
-    parser.add_argument(
-        "--data-dir", default=None, help="local <name>/<split>.jsonl files used instead of the hub for named datasets"
-    )
-    parser.add_argument(
-        "--split",
-        action="append",
-        help="split(s) to write, one <split>.parquet each (default: train and test for 'world', else test)",
-    )
     parser.add_argument("--output", required=True, help="output folder")
     parser.add_argument(
-        "--protocol", default="search-r1", help="prompt/tag protocol (search-r1, r1-searcher, r-search)"
+        "--protocol", default=env_default("protocol"), help="prompt/tag protocol (search-r1, r1-searcher, r-search)"
     )
     parser.add_argument("--trainer", choices=["verl", "skyrl"], default="verl", help="adds agent_name or env_class")
-    parser.add_argument("--limit", type=int, default=None, help="keep the first N questions of each dataset")
 
 
 def write_datasets(args: argparse.Namespace) -> list[Path]:

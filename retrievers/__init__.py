@@ -13,13 +13,12 @@ can refuse a misspelt or mistyped option before any index is built (the CLI and
 from __future__ import annotations
 
 import difflib
-import importlib
-import importlib.util
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from searchenv.corpus import Corpus
+from searchenv.imports import check_reference, is_reference, load_attr
 from searchenv.types import Retriever
 
 __all__ = [
@@ -127,10 +126,6 @@ def _is_url(spec: str) -> bool:
     return spec.startswith(("http://", "https://"))
 
 
-def _is_factory_reference(spec: str) -> bool:
-    return ":" in spec and not _is_url(spec)
-
-
 def _type_ok(value: Any, kind: type) -> bool:
     if value is None or kind is object:
         return True
@@ -149,7 +144,7 @@ def accepted_options(spec: str) -> frozenset[str] | None:
     Lets a command that builds several engines from one set of options give each only the options it takes
     (``encoder`` to the dense engines, ``k1`` to BM25). An unknown name takes nothing.
     """
-    if _is_factory_reference(spec):
+    if is_reference(spec):
         return None
     if _is_url(spec):
         return frozenset(REMOTE_OPTIONS)
@@ -162,10 +157,8 @@ def check_retriever_options(spec: str, options: Mapping[str, Any]) -> None:
     Nothing is imported or loaded except, for ``bm25``'s ``engine`` option, the list of BM25 engines.
     A ``"module:factory"`` reference is only checked to be importable; its options are the factory's business.
     """
-    if _is_factory_reference(spec):
-        module_name, _, attr = spec.partition(":")
-        if not attr or importlib.util.find_spec(module_name) is None:
-            raise ValueError(f"retriever {spec!r}: no module {module_name!r} with a factory {attr!r} can be found")
+    if is_reference(spec):
+        check_reference(spec, "retriever factory")
         return
     if _is_url(spec):
         accepted, what = REMOTE_OPTIONS, "the HTTP retriever client"
@@ -214,8 +207,7 @@ def make_retriever(spec: str | Retriever, corpus: Corpus | None = None, **option
         return RemoteRetriever(spec, **options)
     if corpus is None and spec not in CORPUS_FREE:
         raise ValueError(f"retriever {spec!r} needs a corpus to search")
-    module_name, _, attr = (spec if _is_factory_reference(spec) else RETRIEVERS[spec]).partition(":")
-    factory = getattr(importlib.import_module(module_name), attr)
+    factory = load_attr(spec if is_reference(spec) else RETRIEVERS[spec], "retriever factory")
     try:
         return factory(corpus, **options)
     except TypeError as exc:

@@ -3,7 +3,9 @@
 Every index directory holds ``searchenv-index.json``: the engine and its version, the parameters baked into
 the index (k1, b, analyzer), and the checksum and size of the corpus. Reopening with anything different raises
 :class:`IndexMismatchError` naming both sides and how to rebuild. A build writes into a scratch sibling directory
-and renames it into place only when complete, so an interrupted build never looks like a valid index.
+and renames it into place only when complete, so an interrupted build never looks like a valid index; single
+files that are rewritten in place (records, faiss files, embedding shards) go through :func:`replacing`, the
+same rule for one file. Every index kind (BM25, dense, the embedding cache) writes through these helpers.
 """
 
 from __future__ import annotations
@@ -12,12 +14,22 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["MANIFEST_NAME", "IndexManifest", "IndexMismatchError", "build_into", "check_manifest", "open_or_build"]
+__all__ = [
+    "MANIFEST_NAME",
+    "IndexManifest",
+    "IndexMismatchError",
+    "build_into",
+    "check_manifest",
+    "open_or_build",
+    "replacing",
+    "write_json_atomic",
+]
 
 MANIFEST_NAME = "searchenv-index.json"
 T = TypeVar("T")
@@ -122,3 +134,25 @@ def build_into(directory: Path, manifest: IndexManifest, build: Callable[[Path],
         return built
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextmanager
+def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary sibling of ``path`` to write; when the block succeeds it is renamed over ``path``.
+
+    A reader sees the old file or the new one, never half of one, and a killed or failed write leaves no
+    partial ``path`` behind (the temporary file is removed). The process id in the name keeps two writers apart.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Mapping[str, Any]) -> None:
+    """Write ``data`` as indented, key-sorted JSON through :func:`replacing`."""
+    with replacing(path) as tmp:
+        tmp.write_text(json.dumps(dict(data), indent=1, sort_keys=True), encoding="utf-8")

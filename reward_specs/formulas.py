@@ -25,12 +25,12 @@ reward the answer), ``em``, ``f1``, ``cem``, ``format_ok``, ``retrieval_hit``, `
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from searchenv.episode.rollout import RewardResult, Rollout
+from searchenv.imports import load_attr
 from searchenv.lazy import LazyDict, LazyKeys, computed_once
 from searchenv.reward_specs.blocks import block_content
 from searchenv.reward_specs.format_check import check_format, check_turns, single_block
@@ -285,13 +285,10 @@ def _resolve_answerer(value: Any, options: Mapping[str, Any] | None) -> Answerer
         )
     target = value
     if isinstance(value, str):
-        module_name, sep, attr = value.partition(":")
-        if not sep or not module_name or not attr:
-            raise RewardSpecError(f"r_search: answerer must be 'module:attr', got {value!r}; e.g. {builtins}")
         try:
-            target = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise RewardSpecError(f"r_search: cannot import answerer {value!r}: {exc}") from exc
+            target = load_attr(value, "r_search: answerer")
+        except (ValueError, ImportError) as exc:
+            raise RewardSpecError(f"{exc}; e.g. {builtins}") from exc
     if isinstance(target, type):
         target = target(**dict(options or {}))
     elif options:

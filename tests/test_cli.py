@@ -227,3 +227,47 @@ def test_help_is_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_cli_defaults_are_the_environments_own():
+    from searchenv.env.defaults import env_defaults
+
+    parser = argparse.ArgumentParser()
+    add_env_arguments(parser)
+    parsed = vars(parser.parse_args([]))
+    assert {name: parsed[name] for name in ENV_ARGUMENT_NAMES if name in parsed} == {
+        name: env_defaults()[name] for name in ENV_ARGUMENT_NAMES if name in parsed
+    }
+    assert set(ENV_ARGUMENT_NAMES) - set(parsed) == {"retriever_options"}  # env_kwargs builds it from the options
+    expected = {name: env_defaults()[name] for name in ENV_ARGUMENT_NAMES}
+    assert env_kwargs(parser.parse_args([])) == {**expected, "retriever_options": {}}  # the env's None, spelt {}
+
+
+def test_a_command_may_change_an_env_default_and_help_shows_it(capsys):
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    assert "prompt and tags (default: search-r1-fewshot)" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(TypeError, match="not SearchQAEnv arguments"):
+        add_env_arguments(argparse.ArgumentParser(), top_k=5)
+
+
+def test_command_table_summaries_match_the_registered_commands():
+    from searchenv.cli.main import COMMANDS, build_parser
+
+    commands = next(a for a in build_parser(COMMANDS)._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(commands.choices) == list(COMMANDS)
+    # A command may register its own one-line help; if it does, it must say what the table says.
+    registered = {action.dest: action.help for action in commands._choices_actions}
+    for name, command in COMMANDS.items():
+        assert registered.get(name, command.summary) == command.summary, name
+
+
+def test_paper_switches_the_trainers_defaults_in_help_too(capsys):
+    for argv, expected in (
+        (["train-ppo", "--help"], "(default: 2)"),
+        (["train-ppo", "--paper", "--help"], "(default: 3)"),
+    ):
+        with pytest.raises(SystemExit):
+            main(argv)
+        text = " ".join(capsys.readouterr().out.split())
+        assert f"--topk TOPK passages per search {expected}" in text, argv

@@ -199,14 +199,14 @@ def test_cli_options_reach_the_config_and_the_log_plots(tmp_path):
     import argparse
 
     from searchenv.adapters.ppo import train as train_ppo
+    from searchenv.cli.parsers import CommandParser
 
-    commands = argparse.ArgumentParser().add_subparsers(dest="command")
+    commands = argparse.ArgumentParser().add_subparsers(dest="command", parser_class=CommandParser)
     train_ppo.add_parser(commands)
     words = ["--algorithm", "reinforce++", "--group-size", "1", "--chat-template", "off", "--lr", "2e-6"]
-    parsed = commands.choices["train-ppo"].parse_args(words)
-    assert parsed.options == words  # forwarded untouched to the script's own parser
-    args = train_ppo.build_parser(words).parse_args(words)
-    assert (args.algorithm, args.group_size, args.chat_template, args.lr) == ("reinforce++", 1, "off", 2e-6)
+    for parser in (commands.choices["train-ppo"], train_ppo.build_parser()):  # `searchenv train-ppo`, python -m
+        args = parser.parse_args(words)
+        assert (args.algorithm, args.group_size, args.chat_template, args.lr) == ("reinforce++", 1, "off", 2e-6)
     log = tmp_path / "log.jsonl"
     log.write_text(
         "".join(
@@ -285,12 +285,12 @@ def test_curriculum_draws_one_hop_questions_first(policy):
 def test_cpu_recipe_is_the_default_and_paper_switches_every_default(tmp_path):
     from searchenv.adapters.ppo import train as train_ppo
 
-    args = train_ppo.build_parser([]).parse_args([])
+    args = train_ppo.build_parser().parse_args([])
     assert (args.reward, args.demonstration, args.chat_template) == ("r1-searcher-stage1", True, "off")
     assert args.curriculum_steps > 0 and args.output_dir
     assert train_ppo.env_kwargs(args)["protocol"] == "search-r1-fewshot"
     words = ["--paper", "--algorithm", "grpo", "--model", "/models/qwen", "--topk", "5"]
-    args = train_ppo.build_parser(words).parse_args(words)
+    args = train_ppo.build_parser().parse_args(words)
     assert (args.reward, args.demonstration, args.chat_template, args.max_turns) == ("em", False, "auto", 4)
     assert (args.prompts_per_step, args.group_size, args.topk, args.bf16) == (512, 5, 5, True)
     settings = train_ppo.run_settings(args, "grpo", {"lr": args.lr})

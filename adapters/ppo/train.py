@@ -20,10 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
+
+from searchenv.cli.parsers import CommandParser
+from searchenv.env.defaults import env_default
+
+_DESCRIPTION = __doc__.split("\n")[0]
 
 __all__ = [
     "CPU_RECIPE",
@@ -69,14 +75,12 @@ CPU_RECIPE: dict[str, Any] = {
     "curriculum_steps": 20,
     "steps": 12,
 }
-#: Search-R1's environment settings (SPEC §5), the environment half of ``--paper``.
+#: Search-R1's environment settings (SPEC §5), the environment half of ``--paper``: SearchQAEnv's own defaults
+#: (which are Search-R1's) for what the CPU recipe changes, and the paper's prompt.
 PAPER_ENV: dict[str, Any] = {
-    "reward": "em",
+    **{name: env_default(name) for name in ("reward", "max_turns", "topk", "max_information_words")},
     "demonstration": False,
     "chat_template": "auto",
-    "max_turns": 4,
-    "topk": 3,
-    "max_information_words": 400,
 }
 
 
@@ -143,7 +147,8 @@ def apply_recipe(parser: argparse.ArgumentParser, argv: Sequence[str] | None, pa
     """
     options = {action.dest for action in parser._actions}
     parser.set_defaults(**{k: v for k, v in CPU_RECIPE.items() if k in options})
-    known, _ = parser.parse_known_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    known, _ = parser.parse_known_args([w for w in words if w not in ("-h", "--help")])  # help shows the result
     if not known.paper:
         return
     defaults = dict(PAPER_ENV)
@@ -194,31 +199,27 @@ def _paper_config(known: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
-def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The parser, its defaults set to the CPU recipe or (``--paper`` in ``argv``) Search-R1's."""
-    from searchenv.cli.arguments import HelpFormatter
-
-    parser = argparse.ArgumentParser(
-        prog="searchenv train-ppo", description=__doc__.split("\n")[0], formatter_class=HelpFormatter
-    )
-    _add_arguments(parser)
+def _recipe(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> None:
     apply_recipe(parser, argv, _paper_config)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m searchenv.adapters.ppo.train``; ``--paper`` switches its defaults."""
+    parser = CommandParser(prog="searchenv train-ppo", description=_DESCRIPTION, defaults_from_argv=_recipe)
+    _add_arguments(parser)
+    _recipe(parser, [])  # the defaults --help and docs/cli.md show before any words are parsed
     return parser
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``searchenv train-ppo`` on the CLI's subparsers.
+    """Register ``searchenv train-ppo`` on the CLI's subparsers (whose parser class is :class:`CommandParser`).
 
-    The options are parsed by :func:`build_parser` when the command runs, so building the CLI never imports torch.
+    The options are added when the command runs, so building the CLI never imports torch.
     """
-    parser = subparsers.add_parser(
-        "train-ppo",
-        add_help=False,
-        prefix_chars="\0",  # no option syntax here: every word, "--help" included, goes to build_parser()
-        help="train with the built-in PPO/GRPO/REINFORCE++ loop (--help for options)",
-    )
-    parser.add_argument("options", nargs="*")
-    parser.set_defaults(handler=lambda args: main(args.options))
+    parser = subparsers.add_parser("train-ppo", description=_DESCRIPTION, defaults_from_argv=_recipe)
+    _add_arguments(parser)
+    _recipe(parser, [])  # the defaults --help and docs/cli.md show before any words are parsed
+    parser.set_defaults(handler=_train)
     return parser
 
 
@@ -290,15 +291,16 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     return trainer.train(callback=redraw)
 
 
+def _train(args: argparse.Namespace) -> int:
+    run(args)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, check every environment option before the model loads, then train; errors in searchenv's form."""
     from searchenv.cli.arguments import run_handler
 
-    def train(args: argparse.Namespace) -> int:
-        run(args)
-        return 0
-
-    return run_handler(train, build_parser(argv).parse_args(argv), "searchenv train-ppo")
+    return run_handler(_train, build_parser().parse_args(argv), "searchenv train-ppo")
 
 
 if __name__ == "__main__":

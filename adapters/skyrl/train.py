@@ -12,11 +12,12 @@ inside the Ray entry point::
         environment.skyrl_gym.searchenv.retriever=http://127.0.0.1:8000
 
 or through SkyRL's own launcher: ``python -m skyrl.train.entrypoints.main_base
-trainer.override_entrypoint=searchenv.adapters.skyrl.train ...``. :data:`RECIPE` holds the defaults the search
-task needs (applied first, so later overrides win): ``environment.env_class=searchenv``, 4 turns, stop strings at
-the closing tags, console logging (``trainer.logger=wandb`` to opt in), and ``generator.max_input_length=4096`` as
-SkyRL's own Search-R1 recipe (SkyRL's default is ``trainer.max_prompt_length``, 512: one search already overflows
-it and every episode ends unanswered).
+trainer.override_entrypoint=searchenv.adapters.skyrl.train ...``. :data:`RECIPE` holds the defaults the search task
+needs (applied first, so later overrides win): ``environment.env_class=searchenv``, SearchQAEnv's default number of
+turns, stop strings at the closing tags, console logging (``trainer.logger=wandb`` to opt in), and
+``generator.max_input_length=4096`` as SkyRL's own Search-R1 recipe (SkyRL's default is
+``trainer.max_prompt_length``, 512: one search already overflows it and every episode ends
+unanswered).
 
 SkyRL 0.3.0 cannot build its config on Python 3.11 (``skyrl/tinker/types.py`` declares a ``typing.TypedDict``
 inside a pydantic model, which pydantic rejects before Python 3.12): run it on Python 3.12+.
@@ -31,13 +32,14 @@ from typing import Any, Optional
 from skyrl.train.config import BaseConfig, EnvironmentConfig, SkyRLGymConfig, SkyRLTrainConfig
 
 from searchenv.adapters.rows import SKYRL_ENV_CLASS
+from searchenv.env.defaults import env_default
 
 __all__ = ["RECIPE", "SearchEnvOptions", "SearchEnvSkyRLConfig", "compose", "main"]
 
 #: Overrides applied before the user's: what a multi-turn search run needs on top of SkyRL's defaults.
 RECIPE: tuple[str, ...] = (
     f"environment.env_class={SKYRL_ENV_CLASS}",
-    "generator.max_turns=4",
+    f"generator.max_turns={env_default('max_turns')}",
     "generator.max_input_length=4096",
     "generator.use_conversation_multi_turn=false",
     "generator.sampling_params.stop=['</search>','</answer>']",
@@ -56,9 +58,9 @@ class SearchEnvOptions(BaseConfig):
 
     retriever: Optional[str] = None
     corpus: Optional[str] = None
-    reward: str = "em"
-    topk: int = 3
-    protocol: str = "search-r1"
+    reward: str = env_default("reward")
+    topk: int = env_default("topk")
+    protocol: str = env_default("protocol")
     prompt: str = "auto"
     retriever_options: dict[str, Any] = field(default_factory=dict)
 

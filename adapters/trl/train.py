@@ -25,6 +25,9 @@ from typing import Any
 
 from searchenv.adapters.ppo.train import add_env_arguments, apply_recipe, chat_template_flag, env_kwargs, run_settings
 from searchenv.cli.arguments import positive_int
+from searchenv.cli.parsers import CommandParser
+
+_DESCRIPTION = __doc__.split("\n")[0]
 
 __all__ = ["TRL_CPU_RECIPE", "TRL_PAPER", "add_parser", "build_parser", "main", "make_config", "run"]
 
@@ -96,29 +99,25 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--plot", default=None, help="write a PNG of the training curves here after every step")
 
 
-def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The parser, its defaults set to the CPU recipe or (``--paper`` in ``argv``) Search-R1's."""
-    from searchenv.cli.arguments import HelpFormatter
-
-    parser = argparse.ArgumentParser(
-        prog="searchenv train-trl", description=__doc__.split("\n")[0], formatter_class=HelpFormatter
-    )
-    _add_arguments(parser)
+def _recipe(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> None:
     parser.set_defaults(**TRL_CPU_RECIPE)
     apply_recipe(parser, argv, lambda _: TRL_PAPER)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m searchenv.adapters.trl.train``: the CPU recipe, or with ``--paper`` Search-R1's."""
+    parser = CommandParser(prog="searchenv train-trl", description=_DESCRIPTION, defaults_from_argv=_recipe)
+    _add_arguments(parser)
+    _recipe(parser, [])  # the defaults --help and docs/cli.md show before any words are parsed
     return parser
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``searchenv train-trl`` on the CLI's subparsers (options are parsed by :func:`build_parser`)."""
-    parser = subparsers.add_parser(
-        "train-trl",
-        add_help=False,
-        prefix_chars="\0",  # every word, "--help" included, goes to build_parser()
-        help="train with TRL's GRPOTrainer (--help for options)",
-    )
-    parser.add_argument("options", nargs="*")
-    parser.set_defaults(handler=lambda args: main(args.options))
+    """Register ``searchenv train-trl`` on the CLI's subparsers (whose parser class is :class:`CommandParser`)."""
+    parser = subparsers.add_parser("train-trl", description=_DESCRIPTION, defaults_from_argv=_recipe)
+    _add_arguments(parser)
+    _recipe(parser, [])  # the defaults --help and docs/cli.md show before any words are parsed
+    parser.set_defaults(handler=_train)
     return parser
 
 
@@ -196,15 +195,16 @@ def run(args: argparse.Namespace) -> Any:
     return trainer
 
 
+def _train(args: argparse.Namespace) -> int:
+    run(args)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, check every environment option before the model loads, then train; errors in searchenv's form."""
     from searchenv.cli.arguments import run_handler
 
-    def train(args: argparse.Namespace) -> int:
-        run(args)
-        return 0
-
-    return run_handler(train, build_parser(argv).parse_args(argv), "searchenv train-trl")
+    return run_handler(_train, build_parser().parse_args(argv), "searchenv train-trl")
 
 
 if __name__ == "__main__":

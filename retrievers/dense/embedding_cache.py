@@ -23,7 +23,7 @@ import numpy as np
 
 from searchenv.corpus import Corpus
 from searchenv.retrievers.dense.encoders import Encoder, validate_encoder
-from searchenv.retrievers.index_store import IndexMismatchError
+from searchenv.retrievers.index_store import IndexMismatchError, replacing, write_json_atomic
 
 __all__ = ["IndexMismatchError", "ShardedVectors", "embed_corpus", "encode_corpus", "encoder_key", "index_dir_for"]
 
@@ -109,12 +109,6 @@ class ShardedVectors:
             out[row : row + len(shard)] = shard
             row += len(shard)
         return out
-
-
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
 
 
 def _encode_range(
@@ -208,14 +202,12 @@ def embed_corpus(
                 continue
             start, stop = number * shard_size, min((number + 1) * shard_size, len(corpus))
             vectors = _encode_range(corpus, encoder, start, stop, chunk, bar.update)
-            tmp = out / (name + ".tmp")
-            with tmp.open("wb") as handle:
+            with replacing(out / name) as tmp, tmp.open("wb") as handle:
                 np.save(handle, vectors)
-            os.replace(tmp, out / name)
             finished.add(name)
-            _write_json_atomic(manifest_path, {**header, "shards": [n for n in names if n in finished]})
+            write_json_atomic(manifest_path, {**header, "shards": [n for n in names if n in finished]})
             if on_shard is not None:
                 on_shard(number)
     if len(done) < n_shards or not manifest_path.exists():  # a cache hit leaves the directory untouched
-        _write_json_atomic(manifest_path, {**header, "shards": names})
+        write_json_atomic(manifest_path, {**header, "shards": names})
     return ShardedVectors(out, tuple(names), len(corpus), int(encoder.dim))

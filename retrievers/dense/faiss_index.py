@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from searchenv.retrievers.index_store import replacing
+
 __all__ = [
     "IndexKind",
     "add_vectors",
@@ -112,10 +114,8 @@ def flat_vectors(index: Any) -> np.ndarray:
 
 def write_index(index: Any, path: str | os.PathLike[str]) -> None:
     """Write atomically (temporary file, then rename) so a kill never leaves a truncated index behind."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    _faiss().write_index(index, str(tmp))
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        _faiss().write_index(index, str(tmp))
 
 
 def gpu_count() -> int:

@@ -59,6 +59,7 @@ from searchenv.retrievers.dense.faiss_index import (
     to_gpu,
     write_index,
 )
+from searchenv.retrievers.index_store import write_json_atomic
 from searchenv.types import Passage
 
 __all__ = ["DenseRetriever", "exact_retriever", "hnsw_retriever", "ivfpq_retriever"]
@@ -398,7 +399,7 @@ def _index_from_blocks(
 
         write_fp16_vectors(blocks(), directory / "vectors-fp16.npy", count=count, dim=dim, progress=progress)
     write_index(index, directory / f"{stem}.faiss")
-    _write_record(directory / f"{stem}.json", record)
+    write_json_atomic(directory / f"{stem}.json", record)
     return index if kind == "hnsw" else _attach_fp16(index, directory)
 
 
@@ -419,12 +420,6 @@ def _load_built(directory: Path, stem: str, record: dict[str, Any]) -> Any | Non
             continue
         check_same(key.replace("_", " "), directory, stored.get(key), record[key])
     return read_index(index_file)
-
-
-def _write_record(path: Path, record: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
-    os.replace(tmp, path)
 
 
 def _train_and_fill_ivfpq(

@@ -18,16 +18,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from searchenv.components import check_components
-from searchenv.data.datasets import DEFAULT_SPLIT
+from searchenv.env.defaults import env_defaults
 
 __all__ = [
     "ENV_ARGUMENT_NAMES",
-    "HelpFormatter",
     "USER_ERRORS",
+    "add_dataset_arguments",
     "add_env_arguments",
     "add_index_path_argument",
     "env_kwargs",
     "key_value",
+    "make_env",
     "non_negative_int",
     "positive_int",
     "run_handler",
@@ -36,34 +37,8 @@ __all__ = [
 #: Exceptions that mean "the request cannot be done as asked"; they are reported in one line, not a traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, TypeError, RuntimeError, ImportError)
 
-#: ``SearchQAEnv`` arguments set from the command line (``render_mode`` is the command's own business).
-ENV_ARGUMENT_NAMES: tuple[str, ...] = (
-    "dataset",
-    "split",
-    "corpus",
-    "retriever",
-    "reward",
-    "topk",
-    "max_turns",
-    "budget",
-    "protocol",
-    "invalid_hint",
-    "max_information_words",
-    "max_query_chars",
-    "on_retrieval_error",
-    "retriever_options",
-    "data_dir",
-)
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """``--help`` shows every option's default, except where there is none to show (``None``, off, empty)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        nothing = action.default is None or action.default is False or action.default == []
-        if nothing or action.default is argparse.SUPPRESS or "%(default)" in (action.help or ""):
-            return action.help or ""
-        return super()._get_help_string(action) or ""
+#: ``SearchQAEnv`` arguments set from the command line: all of them but ``render_mode`` (the command's business).
+ENV_ARGUMENT_NAMES: tuple[str, ...] = tuple(name for name in env_defaults() if name != "render_mode")
 
 
 def _int_at_least(text: str, low: int, what: str) -> int:
@@ -101,26 +76,58 @@ def key_value(text: str) -> tuple[str, Any]:
         return key.strip(), value
 
 
-def add_env_arguments(
-    parser: argparse.ArgumentParser,
+def add_dataset_arguments(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
     *,
-    reward: str = "em",
-    protocol: str = "search-r1",
-    split: str = DEFAULT_SPLIT,
+    several_datasets: bool = False,
+    several_splits: bool = False,
+    required: bool = False,
+    split_help: str = "split of a named dataset (files have none)",
+    limit_help: str | None = None,
 ) -> None:
+    """``--dataset``, ``--split``, ``--data-dir`` and (with ``limit_help``) ``--limit``, spelt alike in every command.
+
+    One dataset and one split default to ``SearchQAEnv``'s own; a repeatable option (``several_datasets``,
+    ``several_splits``) defaults to ``None`` and the command decides what none given means.
+    """
+    defaults = env_defaults()
+    dataset_help = "'world', a paper dataset name (nq, hotpotqa, ...) or a jsonl/parquet file"
+    if several_datasets:
+        parser.add_argument("--dataset", action="append", required=required, help=f"{dataset_help}; repeatable")
+    else:
+        parser.add_argument("--dataset", default=defaults["dataset"], required=required, help=dataset_help)
+    if several_splits:
+        parser.add_argument("--split", action="append", help=f"{split_help}; repeatable")
+    else:
+        parser.add_argument("--split", default=defaults["split"], help=split_help)
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="local folder <name>/<split>.jsonl for named datasets, instead of the hub (or $SEARCHENV_DATA_DIR)",
+    )
+    if limit_help:
+        parser.add_argument("--limit", type=positive_int, default=None, help=limit_help)
+
+
+def add_env_arguments(parser: argparse.ArgumentParser, **defaults: Any) -> None:
     """Add the options that build a ``SearchQAEnv`` (two argument groups); read them back with :func:`env_kwargs`.
 
-    ``reward``, ``protocol`` and ``split`` set this command's defaults (e.g. ``demo`` starts small models on
-    the ``search-r1-fewshot`` prompt; trainers default to the ``format`` reward).
+    Every default is ``SearchQAEnv``'s own (:func:`~searchenv.env.defaults.env_defaults`) unless ``defaults``
+    changes it for this command (e.g. ``demo`` starts small models on ``protocol="search-r1-fewshot"``;
+    trainers default to ``reward="format"``).
     """
     from searchenv.protocol import PROTOCOLS
 
+    unknown = set(defaults) - set(ENV_ARGUMENT_NAMES)
+    if unknown:
+        raise TypeError(f"add_env_arguments: {sorted(unknown)} are not SearchQAEnv arguments")
+    default = env_defaults()
     env = parser.add_argument_group("environment")
-    env.add_argument("--dataset", default="world", help="'world', a paper dataset name (nq, hotpotqa, ...) or a file")
-    env.add_argument("--split", default=split, help="split of a named dataset; searchenv's default everywhere")
-    env.add_argument("--data-dir", default=None, help="local folder <name>/<split>.jsonl for named datasets")
-    env.add_argument("--protocol", default=protocol, choices=list(PROTOCOLS), help="prompt and tags")
-    env.add_argument("--reward", default=reward, help="reward spec: a built-in name (em, f1, format, ...) or a file")
+    add_dataset_arguments(env)
+    env.add_argument("--protocol", default=default["protocol"], choices=list(PROTOCOLS), help="prompt and tags")
+    env.add_argument(
+        "--reward", default=default["reward"], help="reward spec: a built-in name (em, f1, format, ...) or a file"
+    )
     env.add_argument(
         "--reward-option",
         action="append",
@@ -129,37 +136,45 @@ def add_env_arguments(
         metavar="KEY=VALUE",
         help="override a key of the reward spec, repeatable (e.g. lambda_f=0.4)",
     )
-    env.add_argument("--topk", type=positive_int, default=3, help="passages per search")
-    env.add_argument("--max-turns", type=positive_int, default=4, help="action budget B")
+    env.add_argument("--topk", type=positive_int, default=default["topk"], help="passages per search")
+    env.add_argument("--max-turns", type=positive_int, default=default["max_turns"], help="action budget B")
     env.add_argument(
         "--budget",
         choices=["actions", "extra-answer-turn"],
-        default="actions",
+        default=default["budget"],
         help="'actions': B actions in all; 'extra-answer-turn': one more action in which a search is not run",
     )
-    env.add_argument("--invalid-hint", default=None, help="corrective text after an invalid action (protocol's own)")
+    env.add_argument(
+        "--invalid-hint",
+        default=default["invalid_hint"],
+        help="corrective text after an invalid action (protocol's own)",
+    )
     env.add_argument(
         "--max-information-words",
         type=_word_cap,
-        default=400,
+        default=default["max_information_words"],
         help="passage words per information block ('none': no cap)",
     )
-    env.add_argument("--max-query-chars", type=positive_int, default=2_000, help="longer queries are cut")
+    env.add_argument(
+        "--max-query-chars", type=positive_int, default=default["max_query_chars"], help="longer queries are cut"
+    )
     env.add_argument(
         "--on-retrieval-error",
         choices=["observe", "raise"],
-        default="observe",
+        default=default["on_retrieval_error"],
         help="a failed search becomes an observation, or stops the run",
     )
 
     search = parser.add_argument_group("retriever (options of searchenv.retrievers; see docs/cli.md)")
     search.add_argument(
         "--retriever",
-        default="bm25",
+        default=default["retriever"],
         help="random | bm25 | e5-exact | e5-hnsw | http(s)://host:port of `searchenv serve` | package.module:factory",
     )
     search.add_argument(
-        "--corpus", default=None, help="passage jsonl of {'id','contents'} rows (default: the world's own corpus)"
+        "--corpus",
+        default=default["corpus"],
+        help="passage jsonl of {'id','contents'} rows (default: the world's own corpus)",
     )
     search.add_argument(
         "--engine", default=None, help="BM25 implementation: native | lucene | bm25s | rank-bm25 (default native)"
@@ -180,6 +195,16 @@ def add_env_arguments(
         metavar="KEY=VALUE",
         help="any other engine option, repeatable (seed=1, ef_search=64, k1=0.9, device=cpu, ...)",
     )
+    parser.set_defaults(**defaults)  # this command's own defaults (shown by --help as well)
+
+
+def make_env(kwargs: dict[str, Any]) -> Any:
+    """``gym.make("SearchQA-v0", **kwargs)``: the registered environment with Gymnasium's wrappers, as users get it."""
+    import gymnasium as gym
+
+    import searchenv
+
+    return gym.make(searchenv.ENV_ID, **kwargs)
 
 
 def add_index_path_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -212,23 +237,8 @@ def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         retriever_options[flag] = value
     reward_options = _options(args.reward_option, "--reward-option")
     reward: Any = {"base": args.reward, **reward_options} if reward_options else args.reward
-    kwargs = {
-        "dataset": args.dataset,
-        "split": args.split,
-        "corpus": args.corpus,
-        "retriever": args.retriever,
-        "reward": reward,
-        "topk": args.topk,
-        "max_turns": args.max_turns,
-        "budget": args.budget,
-        "protocol": args.protocol,
-        "invalid_hint": args.invalid_hint,
-        "max_information_words": args.max_information_words,
-        "max_query_chars": args.max_query_chars,
-        "on_retrieval_error": args.on_retrieval_error,
-        "retriever_options": retriever_options,
-        "data_dir": args.data_dir,
-    }
+    built = {"reward": reward, "retriever_options": retriever_options}
+    kwargs = {name: built[name] if name in built else getattr(args, name) for name in ENV_ARGUMENT_NAMES}
     check_components(
         kwargs["dataset"],
         kwargs["split"],

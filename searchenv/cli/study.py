@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from searchenv.cache import cache_root
-from searchenv.cli.arguments import add_index_path_argument, non_negative_int, positive_int
+from searchenv.cli.arguments import add_dataset_arguments, add_index_path_argument, non_negative_int, positive_int
 from searchenv.corpus import Corpus
-from searchenv.data.datasets import DEFAULT_SPLIT
 from searchenv.types import QAExample, Retriever
 
 __all__ = ["StudyRow", "add_study_parser", "evaluate_engine", "markdown_table", "run_study", "write_csv", "write_plot"]
@@ -75,14 +74,13 @@ def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Compare search engines by answer recall@k, batched queries/s and single-query latency on QA "
         "datasets, without training a model (the retrieval side of the Search-R1 study). See docs/study.md.",
     )
-    study.add_argument(
-        "--dataset",
-        action="append",
+    add_dataset_arguments(
+        study,
+        several_datasets=True,
         required=True,
-        help="'world', a paper dataset name or a FlashRAG jsonl/parquet path; repeat or comma-separate for several",
+        split_help="split of named datasets (files have none)",
+        limit_help="first N questions of each dataset",
     )
-    study.add_argument("--split", default=DEFAULT_SPLIT, help="split of named datasets (files have none)")
-    study.add_argument("--data-dir", default=None, help="local folder <name>/<split>.jsonl for named datasets")
     study.add_argument("--corpus", help="corpus jsonl searched for every dataset except 'world' (which brings its own)")
     study.add_argument(
         "--engines", type=_csv_list, default=DEFAULT_ENGINES, help="comma-separated engine names, run in this order"
@@ -97,7 +95,6 @@ def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
     study.add_argument(
         "--engine", default=None, help="BM25 implementation: native | lucene | bm25s | rank-bm25 (default native)"
     )
-    study.add_argument("--limit", type=positive_int, default=None, help="first N questions of each dataset")
     study.add_argument(
         "--index-root",
         default=None,

@@ -1,0 +1,49 @@
+"""The one ``"module:attr"`` resolver: what it returns, and errors that say which part is wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from searchenv.imports import check_reference, is_reference, load_attr
+from searchenv.retrievers import check_retriever_options, make_retriever
+
+
+def test_load_attr_returns_the_named_object_including_dotted_attributes():
+    from searchenv.corpus import Corpus
+
+    assert load_attr("searchenv.corpus:Corpus") is Corpus
+    assert load_attr("searchenv.corpus:Corpus.from_jsonl") == Corpus.from_jsonl
+
+
+@pytest.mark.parametrize(
+    ("reference", "error", "message"),
+    [
+        ("searchenv.corpus", ValueError, "must be 'package.module:attr'"),
+        ("searchenv.corpus:", ValueError, "must be 'package.module:attr'"),
+        ("no_such_module_xyz:make", ImportError, "cannot import module 'no_such_module_xyz'"),
+        ("searchenv.corpus:NoSuchThing", ImportError, "has no attribute 'NoSuchThing'"),
+    ],
+)
+def test_load_attr_names_what_is_wrong(reference, error, message):
+    with pytest.raises(error, match=message):
+        load_attr(reference, "retriever factory")
+
+
+def test_check_reference_finds_the_module_without_importing_it():
+    check_reference("searchenv.retrievers.random_retriever:RandomRetriever")
+    with pytest.raises(ValueError, match="no module 'no_such_pkg_xyz.engines' is importable"):
+        check_reference("no_such_pkg_xyz.engines:make")
+    assert is_reference("pkg.mod:f") and not is_reference("http://127.0.0.1:8000") and not is_reference("bm25")
+
+
+def test_retrievers_resolve_factory_references_through_it(tmp_path):
+    from searchenv.corpus import Corpus
+
+    corpus_file = tmp_path / "corpus.jsonl"
+    corpus_file.write_text('{"id": "1", "contents": "a"}\n{"id": "2", "contents": "b"}\n')
+    retriever = make_retriever(
+        "searchenv.retrievers.random_retriever:RandomRetriever", Corpus.from_jsonl(corpus_file), seed=1
+    )
+    assert len(retriever.search(["q"], 1)[0]) == 1
+    with pytest.raises(ValueError, match="retriever factory 'no_such_pkg_xyz:f': no module"):
+        check_retriever_options("no_such_pkg_xyz:f", {})
