@@ -19,8 +19,8 @@ from servers import free_port, serve_in_thread, spawn_server
 from searchenv.corpus import Corpus
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.http.remote import FailedResults, RemoteRetriever, RetrievalUnavailable
-from searchenv.retrievers.http.wire import content_id
 from searchenv.retrievers.http.retry import parse_retry_after
+from searchenv.retrievers.http.wire import content_id
 from searchenv.retrievers.random_retriever import RandomRetriever
 from searchenv.retrievers.server.command import ServerConfig, create_app
 
