@@ -378,7 +378,11 @@ def build_retriever(
     corpus_key = None if is_url else "world" if corpus is None or _is_world(corpus) else corpus
 
     def build() -> Retriever:
-        return make_retriever(retriever, None if is_url else load_corpus(corpus, shared=shared), **options)
+        built = make_retriever(retriever, None if is_url else load_corpus(corpus, shared=shared), **options)
+        check_reachable = getattr(built, "check_reachable", None)
+        if check_reachable is not None:  # a service: make sure it is there before any episode waits on it
+            check_reachable()
+        return built
 
     if isinstance(corpus_key, (str, os.PathLike)) and corpus_key != "world":
         corpus_key = _path_key(corpus_key)

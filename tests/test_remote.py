@@ -392,3 +392,24 @@ def test_server_killed_mid_batch_and_restarted(tmp_path: Path, engine: RandomRet
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait(timeout=10)
+
+
+def test_a_url_nobody_answers_fails_at_construction_with_the_fix() -> None:
+    """Without the check each search stalled for the whole retry window (~55 s) before the model saw "unavailable"."""
+    import gymnasium as gym
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(
+        ConnectionError, match=r"no retrieval service answers at http://127\.0\.0\.1:\d+/retrieve"
+    ) as caught:
+        gym.make("SearchQA-v0", retriever=url)
+    assert "searchenv serve" in str(caught.value)  # a ConnectionError from the one check, not the retry window's error
+
+
+def test_a_live_service_passes_the_construction_check(engine: RandomRetriever) -> None:
+    import gymnasium as gym
+
+    with serve_in_thread(create_app(ServerConfig(), retriever=engine)) as base:
+        env = gym.make("SearchQA-v0", retriever=base)
+        env.reset(seed=0)
+        assert "<information>" in env.step("<search> capital of peru </search>")[0]

@@ -206,6 +206,36 @@ class RemoteRetriever:
         """
         return await asyncio.get_running_loop().run_in_executor(self._pool(), self.search_or_error, queries, k)
 
+    def check_reachable(self, timeout: float = 5.0) -> None:
+        """Raise ``ConnectionError`` naming the URL and the fix unless a retrieval service answers at :attr:`url`.
+
+        One tiny search, no retries, ``timeout`` seconds: called before work starts (``gym.make``, ``play``,
+        ``eval``, the trainers), so a wrong URL or a server that is not up fails at once instead of every search
+        stalling for the whole retry window before the model is told "unavailable". A server still loading its
+        index (503) counts as reachable.
+        """
+        import httpx
+
+        fix = "start one with `searchenv serve --corpus PATH` (or Search-R1's retrieval_server.py) or fix the URL"
+        try:
+            response = httpx.post(
+                self.url,
+                json=request_payload(["searchenv reachability check"], 1, self.topk_field),
+                headers=self._headers(),
+                timeout=timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise ConnectionError(
+                f"no retrieval service answers at {self.url} ({type(exc).__name__}: {exc}); {fix}"
+            ) from None
+        if response.status_code in (401, 403):
+            raise ConnectionError(
+                f"the retrieval service at {self.url} refused the request (HTTP {response.status_code}); pass "
+                f"its token with retriever_options={{'token': ...}} or ${TOKEN_ENV}"
+            )
+        if response.status_code == 404:
+            raise ConnectionError(f"{self.url} has no /retrieve endpoint (HTTP 404); {fix}")
+
     def health(self) -> dict[str, Any]:
         """``GET /health`` of a searchenv server (Search-R1's server has none: raises ``httpx.HTTPStatusError``)."""
         parts = urlsplit(self.url)
