@@ -487,6 +487,10 @@ def test_searchenv_verl_subcommand_writes_and_runs_the_packaged_files(tmp_path, 
     printed = capfd.readouterr().out.split("\n")
     assert "algorithm.adv_estimator=gae" in printed and "trainer.total_training_steps=9" in printed
     assert "data.train_batch_size=512" in printed
+    # without the GPUs a profile needs, it stops before Ray starts, saying what is missing
+    assert cli_main(["verl", "train", "grpo", "smoke"]) == 2
+    error = capfd.readouterr().err
+    assert "trains on 1 CUDA GPU(s) and this machine has 0" in error and "--print-args" in error
 
 
 def test_paper_data_trains_on_nq_hotpotqa_and_evaluates_on_seven_sets(tmp_path, shared_data):

@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LAUNCH_FILES", "add_parser", "launch_file", "run_launcher", "write_launch_files"]
+__all__ = ["LAUNCH_FILES", "add_parser", "check_training_machine", "launch_file", "run_launcher", "write_launch_files"]
 
 #: Launch files inside the package (path relative to ``searchenv.adapters.verl``) by the name they are written under.
 LAUNCH_FILES = {"verl_train.sh": "scripts/verl_train.sh", "agent_loop.yaml": "configs/agent_loop.yaml"}
@@ -73,6 +73,8 @@ def run_launcher(
         raise ValueError(f"algo must be one of {_ALGOS}, got {algo!r}")
     if profile not in _PROFILES:
         raise ValueError(f"profile must be one of {_PROFILES}, got {profile!r}")
+    if not print_args:
+        check_training_machine(profile)
     env = {**os.environ, "PYTHON": os.environ.get("PYTHON", sys.executable)}
     if print_args:
         env["PRINT_ARGS"] = "1"
@@ -80,6 +82,34 @@ def run_launcher(
         env["WANDB"] = "1"
     command = ["bash", str(launch_file("verl_train.sh")), algo, profile, *overrides]
     return subprocess.run(command, env=env, check=False).returncode
+
+
+_GPUS_NEEDED = {"smoke": 1, "8xh100": 8, "paper": 8}
+
+
+def check_training_machine(profile: str) -> None:
+    """Raise ``RuntimeError`` naming what is missing before veRL starts Ray and prints its whole config.
+
+    veRL trains on CUDA GPUs with vLLM or SGLang rollouts; without them the launch fails only after Ray has started
+    and about 900 lines of config have scrolled by.
+    """
+    import importlib.util
+
+    missing = [name for name in ("verl", "torch") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise RuntimeError(
+            f"veRL training needs {' and '.join(missing)}: pip install 'searchenv[verl]' (see docs/adapters.md)"
+        )
+    import torch
+
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    needed = _GPUS_NEEDED[profile]
+    if found < needed:
+        raise RuntimeError(
+            f"the {profile!r} profile trains on {needed} CUDA GPU(s) and this machine has {found}; run it on a GPU "
+            "machine (on CPU, `searchenv train-ppo` or `searchenv train-trl` run the same environment), or pass "
+            "--print-args to see the trainer overrides without starting anything"
+        )
 
 
 def _split_words(words: Sequence[str]) -> tuple[str, str, list[str]]:
@@ -96,7 +126,11 @@ def _run(args: argparse.Namespace) -> int:
             print(f"wrote {path}")
         return 0
     algo, profile, overrides = _split_words(args.words)
-    return run_launcher(algo, profile, overrides, print_args=args.print_args, wandb=args.wandb)
+    try:
+        return run_launcher(algo, profile, overrides, print_args=args.print_args, wandb=args.wandb)
+    except RuntimeError as error:
+        print(f"searchenv verl train: {error}", file=sys.stderr)
+        return 2
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
