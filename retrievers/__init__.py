@@ -2,7 +2,9 @@
 
 :func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``, ``"e5-ivfpq"``,
 ``"web"``), a ``"package.module:factory"`` reference or a URL of a running retrieval service into a retriever
-over a corpus. Engines are imported only when asked for, so ``import searchenv`` never pulls in torch, faiss or a JVM.
+over a corpus. The degraded engines ``"noisy"``, ``"empty"``, ``"shuffled"`` and ``"distractor"`` wrap another
+(``base``, with its own ``base_options``): see :mod:`searchenv.retrievers.degraded`.
+Engines are imported only when asked for, so ``import searchenv`` never pulls in torch, faiss or a JVM.
 
 :data:`RETRIEVER_OPTIONS` lists the options every engine accepts, so that :func:`check_retriever_options`
 can refuse a misspelt or mistyped option before any index is built (the CLI and
@@ -19,6 +21,7 @@ from typing import Any
 
 from searchenv.corpus import Corpus
 from searchenv.imports import check_reference, is_reference, load_attr
+from searchenv.retrievers.degraded.options import WRAPPERS, check_wrapper_options
 from searchenv.types import Retriever
 
 __all__ = [
@@ -26,6 +29,7 @@ __all__ = [
     "REMOTE_OPTIONS",
     "RETRIEVERS",
     "RETRIEVER_OPTIONS",
+    "WRAPPERS",
     "accepted_options",
     "check_retriever_options",
     "make_retriever",
@@ -39,10 +43,17 @@ RETRIEVERS: dict[str, str] = {
     "e5-hnsw": "searchenv.retrievers.dense.retriever:hnsw_retriever",
     "e5-ivfpq": "searchenv.retrievers.dense.retriever:ivfpq_retriever",
     "web": "searchenv.retrievers.http.web_search:BraveSearchRetriever",
+    "noisy": "searchenv.retrievers.degraded.wrappers:noisy_retriever",
+    "empty": "searchenv.retrievers.degraded.wrappers:empty_retriever",
+    "shuffled": "searchenv.retrievers.degraded.wrappers:shuffled_retriever",
+    "distractor": "searchenv.retrievers.degraded.wrappers:distractor_retriever",
 }
 
 #: Registered retrievers that search no corpus of ours (``corpus`` may be ``None`` for them).
 CORPUS_FREE: frozenset[str] = frozenset({"web"})
+
+# Wrappers that read no corpus themselves (their base may): every degraded engine but ``noisy``.
+_CORPUS_FREE_WRAPPERS: frozenset[str] = frozenset(WRAPPERS) - {"noisy"}
 
 # Option types: ``int``/``float``/``bool``/``str`` are checked (``None`` always means "the engine's default");
 # ``object`` accepts anything (e.g. an Encoder instance for ``encoder``). ``str`` also accepts paths.
@@ -104,6 +115,12 @@ RETRIEVER_OPTIONS: dict[str, dict[str, type]] = {
         "min_interval": float,
         "params": object,
         "seed": int,
+    },
+    # The degraded wrappers: ``base`` is an engine name or object, ``base_options`` its options, ``p`` a
+    # probability or a schedule (checked by searchenv.retrievers.degraded.options).
+    **{
+        name: {"base": object, "base_options": object, **dict.fromkeys(own, object), "seed": int}
+        for name, own in WRAPPERS.items()
     },
 }
 
@@ -183,6 +200,29 @@ def check_retriever_options(spec: str, options: Mapping[str, Any]) -> None:
 
         if options["engine"] not in ENGINES:
             raise ValueError(f"unknown BM25 engine {options['engine']!r}; choose one of {', '.join(ENGINES)}")
+    if spec in WRAPPERS:
+        _check_wrapper(spec, options)
+
+
+def _check_wrapper(spec: str, options: Mapping[str, Any]) -> None:
+    """A degraded engine's own options, then its base engine with the base's options."""
+    check_wrapper_options(spec, options)
+    base, base_options = options.get("base"), options.get("base_options")
+    usage = (
+        f"retriever {spec!r} wraps another engine: give retriever_options={{'base': 'bm25', 'base_options': {{...}}}}"
+    )
+    if base is None:
+        raise ValueError(f"{usage}; 'base' is missing")
+    if base_options is not None and not isinstance(base_options, Mapping):
+        raise ValueError(f"{usage}; 'base_options' must be a mapping, got {base_options!r}")
+    if isinstance(base, str):
+        if base in WRAPPERS:
+            raise ValueError(f"{usage}; the base must be an engine, not another degraded wrapper ({base!r})")
+        check_retriever_options(base, base_options or {})
+    elif not isinstance(base, Retriever):
+        raise ValueError(f"{usage}; 'base' must be an engine name or an object with search(queries, k), got {base!r}")
+    elif base_options:
+        raise ValueError(f"{usage}; 'base_options' apply to a base given by name, not to a ready engine object")
 
 
 def make_retriever(spec: str | Retriever, corpus: Corpus | None = None, **options: Any) -> Retriever:
@@ -201,11 +241,15 @@ def make_retriever(spec: str | Retriever, corpus: Corpus | None = None, **option
             return spec
         raise TypeError(f"retriever must be a name, a URL or an object with search(queries, k); got {type(spec)!r}")
     check_retriever_options(spec, options)
+    if spec in WRAPPERS:
+        base_options = options.pop("base_options", None) or {}
+        if isinstance(options["base"], str):
+            options["base"] = make_retriever(options["base"], corpus, **base_options)
     if _is_url(spec):
         from searchenv.retrievers.http.remote import RemoteRetriever
 
         return RemoteRetriever(spec, **options)
-    if corpus is None and spec not in CORPUS_FREE:
+    if corpus is None and spec not in CORPUS_FREE and spec not in _CORPUS_FREE_WRAPPERS:
         raise ValueError(f"retriever {spec!r} needs a corpus to search")
     factory = load_attr(spec if is_reference(spec) else RETRIEVERS[spec], "retriever factory")
     try:

@@ -244,6 +244,11 @@ def check_retriever(
     check_retriever_options(retriever, options)
     if retriever.startswith(("http://", "https://")) or _corpus_free(retriever):
         return
+    if _wraps(retriever):  # a degraded engine: its base needs what it needs; only noisy reads the corpus itself
+        if isinstance(options["base"], str):
+            check_retriever(options["base"], corpus, options.get("base_options"), dataset=dataset)
+        if retriever != "noisy":
+            return
     if corpus is None and not _is_world(dataset):
         raise ValueError(
             f"retriever {retriever!r} needs a corpus: pass corpus='path/to/passages.jsonl' (--corpus; a jsonl of "
@@ -356,6 +361,12 @@ def _corpus_free(retriever: str) -> bool:
     return retriever in CORPUS_FREE
 
 
+def _wraps(retriever: str) -> bool:
+    from searchenv.retrievers import WRAPPERS
+
+    return retriever in WRAPPERS
+
+
 def build_retriever(
     retriever: str | Retriever = "bm25",
     corpus: str | os.PathLike[str] | Corpus | None = None,
@@ -367,6 +378,9 @@ def build_retriever(
 
     Equal plain arguments return the same instance (``shared=False`` builds a private one, e.g. for a process
     that only prepares an index on disk). Everything is checked before the corpus is read or an index loads.
+    A degraded engine's base is built here too, so it is the same engine the base's name alone would give, and
+    the environments built with equal arguments share one wrapper (one engine call per vector step, one
+    ``set_step`` for all).
     """
     from searchenv.retrievers import make_retriever
 
@@ -374,6 +388,8 @@ def build_retriever(
     check_retriever(retriever, corpus, options)
     if not isinstance(retriever, str):
         return retriever
+    if _wraps(retriever):
+        return _build_wrapper(retriever, corpus, options, shared)
     is_url = retriever.startswith(("http://", "https://")) or _corpus_free(retriever)  # nothing of ours to search
     corpus_key = None if is_url else "world" if corpus is None or _is_world(corpus) else corpus
 
@@ -387,6 +403,21 @@ def build_retriever(
     if isinstance(corpus_key, (str, os.PathLike)) and corpus_key != "world":
         corpus_key = _path_key(corpus_key)
     return _shared("retriever", [retriever, corpus_key, options], build, shared)
+
+
+def _build_wrapper(
+    retriever: str, corpus: str | os.PathLike[str] | Corpus | None, options: dict[str, Any], shared: bool
+) -> Retriever:
+    from searchenv.retrievers import make_retriever
+
+    def build() -> Retriever:
+        own = {key: value for key, value in options.items() if key != "base_options"}
+        if isinstance(own["base"], str):
+            own["base"] = build_retriever(own["base"], corpus, options.get("base_options"), shared=shared)
+        return make_retriever(retriever, load_corpus(corpus, shared=shared) if retriever == "noisy" else None, **own)
+
+    corpus_key = _path_key(corpus) if isinstance(corpus, (str, os.PathLike)) and not _is_world(corpus) else corpus
+    return _shared("retriever", [retriever, "world" if corpus is None else corpus_key, options], build, shared)
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,10 @@ class Retriever(Protocol):
     retrieval service may call a quick search directly on its event loop (absent means ``False``); the service
     also searches such an engine once before it reports ready, so one-time work (JIT compilation) is not paid
     by the first client.
+
+    An implementation may also set ``wants_golds = True`` to be called as ``search(queries, k, golds=...)``
+    with each query's episode gold answers (the ``distractor`` engine drops the passages holding them);
+    :class:`~searchenv.env.SearchQAEnv` passes them, callers without golds do not.
     """
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]: ...

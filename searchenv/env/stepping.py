@@ -89,6 +89,14 @@ def _search_groups(envs: Sequence[SearchQAEnv], plans: Sequence[StepPlan]) -> di
     return groups
 
 
+def _search_options(retriever: Retriever, envs: Sequence[SearchQAEnv], group: list[int]) -> dict[str, Any]:
+    """Keyword arguments of one group's search: the episodes' gold answers for an engine that sets
+    ``wants_golds`` (the ``distractor`` engine drops the passages holding them), nothing for any other."""
+    if not getattr(retriever, "wants_golds", False):
+        return {}
+    return {"golds": [envs[i].episode.example.golden_answers for i in group]}
+
+
 def _checked(results: Any, n: int, retriever: Retriever) -> list[list[Passage]]:
     if not isinstance(results, list) or len(results) != n:
         size = len(results) if hasattr(results, "__len__") else "?"
@@ -149,7 +157,9 @@ def search_and_commit(unwrapped: Sequence[SearchQAEnv], plans: Sequence[StepPlan
     for (_, k), group in _search_groups(unwrapped, plans).items():
         retriever = unwrapped[group[0]].retriever
         try:
-            outcome: Any = _checked(retriever.search([plans[i].query for i in group], k), len(group), retriever)
+            queries = [plans[i].query for i in group]
+            found_now = retriever.search(queries, k, **_search_options(retriever, unwrapped, group))
+            outcome: Any = _checked(found_now, len(group), retriever)
         except Exception as exc:  # noqa: BLE001 - reported per episode, see docstring
             outcome = exc
         _record(group, unwrapped, outcome, found, errors)
@@ -168,7 +178,10 @@ async def step_batch_async(envs: Sequence[Any], actions: Sequence[str]) -> list[
         retriever = unwrapped[group[0]].retriever
         queries = [plans[i].query for i in group]
         asearch = getattr(retriever, "asearch", None)
-        results = await asearch(queries, k) if asearch else await asyncio.to_thread(retriever.search, queries, k)
+        options = _search_options(retriever, unwrapped, group)
+        results = await (
+            asearch(queries, k, **options) if asearch else asyncio.to_thread(retriever.search, queries, k, **options)
+        )
         return _checked(results, len(group), retriever)
 
     outcomes = await asyncio.gather(*(run(group, k) for (_, k), group in groups), return_exceptions=True)

@@ -1,0 +1,42 @@
+"""The checks of the wrappers' own options, in one place: the option check (before anything loads) and the
+constructors both call :func:`check_wrapper_options`. The base engine's options are checked by
+:func:`searchenv.retrievers.check_retriever_options`, which knows every engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from searchenv.retrievers.degraded.schedule import parse_schedule
+
+__all__ = ["WRAPPERS", "check_wrapper_options"]
+
+#: wrapper name → the options it takes besides ``base`` and ``base_options``.
+WRAPPERS: dict[str, tuple[str, ...]] = {
+    "noisy": ("p", "seed"),
+    "empty": ("p", "seed"),
+    "shuffled": ("p", "seed"),
+    "distractor": ("p", "seed", "fetch", "answers"),
+}
+
+
+def check_wrapper_options(name: str, options: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming the fix for a missing ``p`` (``noisy`` has no default) or a bad value."""
+    if name == "noisy" and options.get("p") is None:
+        raise ValueError("retriever 'noisy' needs p, the probability of replacing each passage (e.g. 'p': 0.5)")
+    if options.get("p") is not None:
+        parse_schedule(options["p"], f"{name}: p")
+    seed = options.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"{name}: seed must be an integer, got {seed!r}")
+    fetch = options.get("fetch")
+    if fetch is not None and (isinstance(fetch, bool) or not isinstance(fetch, int) or fetch < 1):
+        raise ValueError(f"{name}: fetch must be a positive integer (passages asked of the base), got {fetch!r}")
+    answers = options.get("answers")
+    if answers is not None and (
+        isinstance(answers, str)
+        or not isinstance(answers, (list, tuple))
+        or not all(isinstance(a, str) for a in answers)
+    ):
+        raise ValueError(f"{name}: answers must be a list of strings (the golds to drop), got {answers!r}")

@@ -1,0 +1,65 @@
+"""A probability that may change over training: a constant, or ``(step, p)`` points linearly interpolated.
+
+ZeroSearch-style curricula raise the noise as training goes on; a list of points says that in a config file
+(``p: [[0, 0.0], [200, 0.5]]``) without code. Before the first point the first ``p`` holds, after the last the
+last one. Steps are the trainer's: the wrappers are told the step with ``set_step`` (see
+:class:`~searchenv.retrievers.degraded.wrappers.DegradedRetriever`).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Schedule", "parse_schedule"]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Points ``(step, p)`` with strictly increasing steps; one point is a constant."""
+
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+
+    def at(self, step: int) -> float:
+        """``p`` at ``step``: linear between the surrounding points, flat outside them."""
+        i = bisect.bisect_right(self.steps, step)
+        if i == 0:
+            return self.values[0]
+        if i == len(self.steps):
+            return self.values[-1]
+        s0, s1 = self.steps[i - 1], self.steps[i]
+        v0, v1 = self.values[i - 1], self.values[i]
+        return v0 + (v1 - v0) * (step - s0) / (s1 - s0)
+
+
+def _probability(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+    return float(value)
+
+
+def parse_schedule(value: Any, name: str = "p") -> Schedule:
+    """A :class:`Schedule` from a number in [0, 1] or a list of ``(step, p)`` pairs; ``ValueError`` names the fix."""
+    if isinstance(value, Schedule):
+        return value
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        return Schedule((0,), (_probability(value, name),))
+    usage = f"{name} must be a number in [0, 1] or a list of (step, p) pairs such as [[0, 0.0], [100, 0.5]]"
+    if not value:
+        raise ValueError(f"{usage}; got an empty list")
+    steps: list[int] = []
+    values: list[float] = []
+    for point in value:
+        if isinstance(point, str) or not isinstance(point, Sequence) or len(point) != 2:
+            raise ValueError(f"{usage}; got the point {point!r}")
+        step, p = point
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"{usage}; a step must be a non-negative integer, got {step!r}")
+        if steps and step <= steps[-1]:
+            raise ValueError(f"{usage}; steps must increase strictly, got {step} after {steps[-1]}")
+        steps.append(step)
+        values.append(_probability(p, f"{name} at step {step}"))
+    return Schedule(tuple(steps), tuple(values))

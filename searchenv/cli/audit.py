@@ -1,0 +1,66 @@
+"""``searchenv audit-reward SPEC``: play scripted reward hacks against a reward spec and print the table.
+
+See :mod:`searchenv.reward_specs.audit` for the policies and the verdict. The lead wires :func:`add_parser` into
+the command table of :mod:`searchenv.cli.main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from searchenv.cli.arguments import HelpFormatter, positive_int
+from searchenv.data.datasets import DEFAULT_SPLIT
+
+__all__ = ["add_parser", "run_audit"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``audit-reward`` on an ``argparse`` subparsers object; its handler is :func:`run_audit`."""
+    audit = subparsers.add_parser(
+        "audit-reward",
+        help="play scripted reward hacks (answer stuffing, empty answers, …) against a reward spec",
+        description="Play scripted adversarial policies and two honest ones through the real environment and print "
+        "each policy's mean reward; a hack that earns more than an honest wrong answer is marked EXPLOITABLE.",
+        formatter_class=HelpFormatter,
+    )
+    audit.add_argument("spec", help="a reward spec name ('em', 'cem', 'format', …) or a .yaml/.json spec file")
+    audit.add_argument("--dataset", default="world", help="'world', a paper dataset name or a FlashRAG jsonl path")
+    audit.add_argument("--split", default=DEFAULT_SPLIT, help="split of a named dataset")
+    audit.add_argument("--corpus", default=None, help="passage jsonl (not needed for 'world')")
+    audit.add_argument("--retriever", default="bm25", help="search engine the policies query")
+    audit.add_argument("--limit", type=positive_int, default=50, help="questions each policy plays")
+    audit.add_argument("--max-turns", type=positive_int, default=4, help="action budget per episode")
+    audit.add_argument(
+        "--protocol", default=None, help="tags the policies write (default: the spec's own, else search-r1)"
+    )
+    audit.add_argument(
+        "--reward-options",
+        type=json.loads,
+        default=None,
+        help="JSON overrides of the spec's parameters, e.g. '{\"lambda_f\": 0.4}'",
+    )
+    audit.set_defaults(handler=run_audit)
+    return audit
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    """Print the audit table; exit status 0 whatever the verdict (the table is the result)."""
+    from searchenv.reward_specs.audit import audit_reward
+
+    table = audit_reward(
+        args.spec,
+        dataset=args.dataset,
+        split=args.split,
+        corpus=args.corpus,
+        retriever=args.retriever,
+        limit=args.limit,
+        max_turns=args.max_turns,
+        protocol=args.protocol,
+        reward_options=args.reward_options,
+    )
+    print(table.markdown())
+    exploits = table.exploits
+    print(f"\nexploitable: {', '.join(exploits)}" if exploits else "\nno hack earns more than an honest wrong answer")
+    return 0
