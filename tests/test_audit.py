@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from searchenv.cli.audit import add_parser
-from searchenv.reward_specs.audit import POLICIES, audit_reward
+from searchenv.evaluation.reward_audit import POLICIES, audit_reward
 
 
 def rewards(table) -> dict[str, float]:

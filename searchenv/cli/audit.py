@@ -1,7 +1,6 @@
 """``searchenv audit-reward SPEC``: play scripted reward hacks against a reward spec and print the table.
 
-See :mod:`searchenv.reward_specs.audit` for the policies and the verdict. The lead wires :func:`add_parser` into
-the command table of :mod:`searchenv.cli.main`.
+See :mod:`searchenv.evaluation.reward_audit` for the policies and the verdict.
 """
 
 from __future__ import annotations
@@ -10,8 +9,9 @@ import argparse
 import json
 from typing import Any
 
-from searchenv.cli.arguments import HelpFormatter, positive_int
-from searchenv.data.datasets import DEFAULT_SPLIT
+from searchenv.cli.arguments import add_dataset_arguments, positive_int
+from searchenv.cli.parsers import HelpFormatter
+from searchenv.env.defaults import env_default
 
 __all__ = ["add_parser", "run_audit"]
 
@@ -26,12 +26,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     audit.add_argument("spec", help="a reward spec name ('em', 'cem', 'format', …) or a .yaml/.json spec file")
-    audit.add_argument("--dataset", default="world", help="'world', a paper dataset name or a FlashRAG jsonl path")
-    audit.add_argument("--split", default=DEFAULT_SPLIT, help="split of a named dataset")
+    add_dataset_arguments(audit)
     audit.add_argument("--corpus", default=None, help="passage jsonl (not needed for 'world')")
     audit.add_argument("--retriever", default="bm25", help="search engine the policies query")
     audit.add_argument("--limit", type=positive_int, default=50, help="questions each policy plays")
-    audit.add_argument("--max-turns", type=positive_int, default=4, help="action budget per episode")
+    audit.add_argument(
+        "--max-turns", type=positive_int, default=env_default("max_turns"), help="action budget per episode"
+    )
     audit.add_argument(
         "--protocol", default=None, help="tags the policies write (default: the spec's own, else search-r1)"
     )
@@ -47,12 +48,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run_audit(args: argparse.Namespace) -> int:
     """Print the audit table; exit status 0 whatever the verdict (the table is the result)."""
-    from searchenv.reward_specs.audit import audit_reward
+    from searchenv.evaluation.reward_audit import audit_reward
 
     table = audit_reward(
         args.spec,
         dataset=args.dataset,
         split=args.split,
+        data_dir=args.data_dir,
         corpus=args.corpus,
         retriever=args.retriever,
         limit=args.limit,

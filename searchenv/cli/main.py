@@ -63,6 +63,10 @@ COMMANDS: dict[str, Command] = {
         "write one static HTML page to read evaluation transcripts",
     ),
     "verl": Command("searchenv.adapters.verl.launch:add_parser", "write or run the veRL launch files"),
+    "audit-reward": Command(
+        "searchenv.cli.audit:add_parser",
+        "play scripted reward hacks (answer stuffing, empty answers, …) against a reward spec",
+    ),
 }
 
 

@@ -218,6 +218,7 @@ def audit_reward(
     *,
     dataset: Any = "world",
     split: str = "train",
+    data_dir: str | None = None,
     limit: int | None = 50,
     protocol: str | None = None,
     retriever: Any = "bm25",
@@ -250,6 +251,7 @@ def audit_reward(
     env = SearchQAEnv(
         dataset=dataset,
         split=split,
+        data_dir=data_dir,
         corpus=corpus,
         retriever=retriever,
         retriever_options=retriever_options,
