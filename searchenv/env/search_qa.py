@@ -262,6 +262,7 @@ class SearchQAEnv(gym.Env[str, str]):
         return prompt, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Take one action through the phases of :mod:`.step_rules`, as a batch of one would (one ``search``)."""
         episode = self.episode
         plan = plan_step(self, episode, action)
         found: list[Passage] | str | None = None
