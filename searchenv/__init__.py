@@ -24,9 +24,9 @@ _EXPORTS = {
     "Episode": "searchenv.episode.episode",
     "Segment": "searchenv.episode.episode",
     "SearchQAEnv": "searchenv.env.search_qa",
-    "StepResult": "searchenv.env.search_qa",
-    "step_batch": "searchenv.env.search_qa",
-    "step_batch_async": "searchenv.env.search_qa",
+    "StepResult": "searchenv.env.step_rules",
+    "step_batch": "searchenv.env.stepping",
+    "step_batch_async": "searchenv.env.stepping",
     "SearchQAVectorEnv": "searchenv.env.vector",
     "EpisodeTokens": "searchenv.tokenization",
     "TokenizedEpisode": "searchenv.tokenization",
@@ -71,7 +71,9 @@ if TYPE_CHECKING:
     from searchenv.corpus import Corpus
     from searchenv.data.datasets import load_dataset
     from searchenv.data.world.generator import generate_world
-    from searchenv.env.search_qa import SearchQAEnv, StepResult, step_batch, step_batch_async
+    from searchenv.env.search_qa import SearchQAEnv
+    from searchenv.env.step_rules import StepResult
+    from searchenv.env.stepping import step_batch, step_batch_async
     from searchenv.env.vector import SearchQAVectorEnv
     from searchenv.episode.episode import Episode, Segment
     from searchenv.lazy import filled

@@ -18,7 +18,8 @@ Two rules:
   An argument that is an object (a :class:`~searchenv.corpus.Corpus`, an encoder, a retriever, a reward spec)
   is used as given and nothing built from it is cached: the caller owns it. A file is read once per key, so a
   file changed on disk after its first use is seen only after :func:`clear_cache` (which also lets the memory
-  go once no environment holds the instances).
+  go once no environment holds the instances). The root built the shared engines, so it releases them:
+  :func:`close_shared` closes every one that has ``close()`` (an environment's own ``close()`` does not).
 
 Split: :data:`searchenv.data.datasets.DEFAULT_SPLIT` (``"train"``) for every entry point.
 """
@@ -51,6 +52,7 @@ __all__ = [
     "check_encoder",
     "check_retriever",
     "clear_cache",
+    "close_shared",
     "env_components",
     "load_corpus",
     "load_encoder",
@@ -90,18 +92,44 @@ class _SharedInstances:
                 self._items[key] = value
             return value
 
-    def clear(self) -> None:
+    def clear(self) -> list[Any]:
+        """Forget every instance; returns them."""
         with self._guard:
+            items = list(self._items.values())
             self._items.clear()
             self._locks.clear()
+        return items
 
 
 _SHARED = _SharedInstances()
 
 
 def clear_cache() -> None:
-    """Forget every shared corpus, dataset, retriever, encoder and reward spec built so far."""
+    """Forget every shared corpus, dataset, retriever, encoder and reward spec built so far.
+
+    Nothing is closed: environments built before keep working with the instances they hold, and the memory goes
+    once none holds them. To release engines (threads, HTTP connections, index files) too, see :func:`close_shared`.
+    """
     _SHARED.clear()
+
+
+def close_shared() -> None:
+    """Forget every shared instance, as :func:`clear_cache`, and close those that have ``close()``.
+
+    The composition root built the engines named by string, so it is the one to release them: their thread pools,
+    HTTP clients and index files. Environments that still hold one must not search afterwards (``gym.make`` again
+    builds fresh ones). Every instance is closed even if one fails; the first failure is raised after.
+    """
+    failures = []
+    for item in _SHARED.clear():
+        close = getattr(item, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception as exc:  # noqa: BLE001 - the others are still closed; raised below
+                failures.append(exc)
+    if failures:
+        raise failures[0]
 
 
 def _plain(value: Any) -> Any:

@@ -56,7 +56,8 @@ from verl.experimental.agent_loop.tool_agent_loop import SPEC_DECODE_EXTRA_KEYS
 
 from searchenv.adapters.rows import AGENT_NAME, PROMPT_MODES, choose_conversation, episode_env, plain, row_example
 from searchenv.data.datasets import golden_answers
-from searchenv.env.search_qa import SearchQAEnv, step_batch_async
+from searchenv.env.search_qa import SearchQAEnv
+from searchenv.env.stepping import step_batch_async
 from searchenv.episode.rollout import Rollout
 from searchenv.reward_specs import load_reward
 from searchenv.tokenization import EpisodeTokens

@@ -43,7 +43,8 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from searchenv.adapters.rows import episode_env, plain, row_example
 from searchenv.adapters.tool_steps import EPISODE_OVER, call_action, check_tool_protocol, finish_episode, tool_result
-from searchenv.env.search_qa import SearchQAEnv, step_batch_async
+from searchenv.env.search_qa import SearchQAEnv
+from searchenv.env.stepping import step_batch_async
 from searchenv.protocol.tool_calls import SEARCH_TOOL
 from searchenv.types import QAExample
 

@@ -296,7 +296,8 @@ class BM25Retriever:
         return results
 
     def close(self) -> None:
-        """Release index files held open by the engine (Lucene); the retriever is unusable afterwards."""
+        """Release what the engine holds: Lucene's index files (the retriever is unusable afterwards), the native
+        engine's search threads (the next search starts them again)."""
         close = getattr(self._engine, "close", None)
         if close is not None:
             close()

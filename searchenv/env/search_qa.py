@@ -1,10 +1,7 @@
 """``SearchQA-v0``: one question per episode, answered by an LLM that may call a search engine.
 
-The environment is text in, text out. ``reset`` returns the prompt; each ``step`` takes one model action
-(text generated until a closing search/answer tag or end of sequence) and returns the text the
-environment appends — an information block, a corrective hint, or ``""`` when the episode is over. The
-reward is 0 until the terminal step. Trainers that step many episodes at once call :func:`step_batch`,
-which serves every pending search of the batch with a single ``Retriever.search`` call.
+The class docstring of :class:`SearchQAEnv` is the manual. Stepping many episodes at once with one engine call
+is :mod:`searchenv.env.stepping`; the rules of a step, shared by both, are :mod:`searchenv.env.step_rules`.
 """
 
 from __future__ import annotations
@@ -21,74 +18,134 @@ from searchenv.components import env_components
 from searchenv.corpus import Corpus
 from searchenv.data.datasets import DEFAULT_SPLIT, example_from_row
 from searchenv.env.spaces import UnicodeText
-from searchenv.env.stepping import StepOutcome, StepPlan, StepResult, search_and_commit, step_batch, step_batch_async
+from searchenv.env.step_rules import StepOutcome, StepResult, apply_outcome, plan_step, run_search, step_outcome
 from searchenv.episode.episode import EndReason, Episode
 from searchenv.episode.rollout import RewardResult, Rollout
-from searchenv.episode.turns import Facts, Turn
+from searchenv.episode.turns import Facts
 from searchenv.lazy import LazyDict
-from searchenv.protocol import Protocol, parse_action
+from searchenv.protocol import Protocol
 from searchenv.types import Passage, QAExample, Retriever
 
-__all__ = ["SearchQAEnv", "StepResult", "step_batch", "step_batch_async"]
+__all__ = ["SearchQAEnv"]
 
 Budget = Literal["actions", "extra-answer-turn"]
 _BUDGETS: tuple[str, ...] = ("actions", "extra-answer-turn")
 RetrievalErrorPolicy = Literal["observe", "raise"]
 
 
-# -- shared resources ---------------------------------------------------------------------------------
-
-
-def _clip_passages(passages: Sequence[Passage], max_words: int | None) -> tuple[list[Passage], bool]:
-    """Keep at most ``max_words`` words of passage text in total, in rank order (the paper's 500-token cap)."""
-    if max_words is None:
-        return list(passages), False
-    kept, budget, clipped = [], max_words, False
-    for p in passages:
-        if budget <= 0:
-            clipped = True
-            break
-        words = p.text.split()
-        if len(words) > budget:
-            text = " ".join(words[:budget]) + " …"
-            stored = None if p.stored_contents is None else f"{p.stored_title_and_text()[0]}\n{text}"
-            p = Passage(p.id, p.title, text, p.score, stored)
-            clipped = True
-        kept.append(p)
-        budget -= len(words)
-    return kept, clipped
-
-
-# -- the environment ----------------------------------------------------------------------------------
-
-
 class SearchQAEnv(gym.Env[str, str]):
     """Answer a question, searching as often as the action budget allows.
 
-    Args:
-        dataset: ``"world"`` (the embedded generated world, default), a paper dataset name (``"nq"``,
-            ``"hotpotqa"``, …), a path to a FlashRAG jsonl / Search-R1 parquet file, or a list of row dicts.
-        split: split of a named dataset (``"train"``/``"test"`` for the world); ``"train"`` by default in every
-            searchenv entry point, so training never touches held-out questions unless asked to.
-        corpus: passage jsonl path or :class:`~searchenv.corpus.Corpus`; defaults to the world's own corpus.
-        retriever: ``"bm25"``, ``"random"``, ``"e5-exact"``, ``"e5-hnsw"``, an ``http://`` URL of a
-            retrieval server, or any object with ``search(queries, k)``.
-        reward: a reward spec name (``"em"``, ``"f1"``, ``"format"``, …), a path to a spec file, or a spec object.
-        topk: passages per search.
-        max_turns: the action budget B.
-        budget: ``"actions"`` (default; the paper's Algorithm 1 — every action counts and the episode is
-            truncated after B actions) or ``"extra-answer-turn"`` (Search-R1's code: B actions that may
-            search, then one more in which a search is not executed).
-        protocol: ``"search-r1"``, ``"r1-searcher"``, ``"r-search"`` or a :class:`~searchenv.protocol.Protocol`.
-        invalid_hint: overrides the protocol's corrective hint.
-        max_information_words: cap on passage words per information block (≈ the paper's 500 tokens);
-            ``None`` disables it.
-        max_query_chars: longer queries are cut before they reach the engine.
-        on_retrieval_error: ``"observe"`` (default) — a failed search becomes an information block saying so
-            and ``info["retrieval_error"]``, the episode goes on; ``"raise"`` — the exception propagates.
-        retriever_options: keyword options for the engine (``seed``, ``engine``, ``index_dir``, …).
-        data_dir: local folder overriding the hub for named datasets.
-        render_mode: ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (prints it).
+    ## Description
+
+    One question per episode. The policy is a language model: it reasons in text, asks the search engine by
+    writing a query between the protocol's search tags, reads the passages the environment inserts, and ends
+    the episode by writing its answer between the answer tags (Search-R1 and its successors). The environment
+    is text in, text out: it reads each action, runs the search, and returns the text to append.
+
+    ## Action Space
+
+    ``UnicodeText()``: any ``str``, the text the model generated for one turn — up to and including a closing
+    search or answer tag (``stop_strings`` in the reset info), or up to the end of the sequence. It is read as
+
+    - *search*: a complete search call; its query (cut at ``max_query_chars``) is run while the budget allows;
+    - *answer*: a complete answer; it ends the episode;
+    - *invalid*: anything else; the protocol's corrective hint is appended (``info["invalid_reason"]``).
+
+    Text after the first complete call is not part of the action (``info["dropped_text"]``).
+
+    ## Observation Space
+
+    ``UnicodeText()``: ``reset`` returns the prompt (instructions and question); ``step`` returns the text the
+    environment appends after the action — an information block with the passages found (at most
+    ``max_information_words`` words), the corrective hint, a short "search unavailable" block when the engine
+    failed (``info["retrieval_error"]``), or ``""`` when the episode has ended. The transcript is
+    ``env.episode`` (``render()`` returns it as text).
+
+    ## Rewards
+
+    0 on every step but the terminal one, which gets the reward spec's score of the whole episode: ``"em"``
+    (default) is 1 when the answer matches a golden answer exactly after normalisation, else 0; ``"f1"``,
+    ``"format"`` and the other specs in ``reward_specs/specs`` score differently. The terminal info holds
+    ``reward_parts``, ``prediction`` and ``episode_metrics``.
+
+    ## Starting State
+
+    ``reset(seed=s)`` draws a question of the dataset split with the seeded generator, so the same seed replays
+    the same episode; ``options={"index": i}`` or ``options={"example": row}`` chooses it. The reset info holds
+    ``id``, ``question``, ``golden_answers``, ``data_source``, ``stop_strings`` (and ``tools`` for a
+    tool-call protocol).
+
+    ## Episode End
+
+    The episode ends when one of the following occurs; ``info["end_reason"]`` says which:
+
+    1. Termination, ``"answer"``: the action is an answer.
+    2. Truncation, ``"action_budget"``: the budget's last action is not an answer (``max_turns`` actions, or
+       one more under ``budget="extra-answer-turn"``).
+    3. Truncation, ``"trainer_cut"`` or ``"context_limit"``: the trainer calls :meth:`truncate`.
+
+    Every end is scored; ``terminated`` and ``truncated`` are never both true. ``step`` after the end raises
+    until ``reset``.
+
+    ## Arguments
+
+    ``gym.make("SearchQA-v0", **kwargs)`` passes these to the constructor:
+
+    - ``dataset``: ``"world"`` (the embedded generated world, default), a paper dataset name (``"nq"``,
+      ``"hotpotqa"``, …), a path to a FlashRAG jsonl / Search-R1 parquet file, or a list of row dicts.
+    - ``split``: split of a named dataset (``"train"``/``"test"`` for the world); ``"train"`` by default in
+      every searchenv entry point, so training never touches held-out questions unless asked to.
+    - ``corpus``: passage jsonl path or :class:`~searchenv.corpus.Corpus`; defaults to the world's own corpus.
+    - ``retriever``: ``"bm25"`` (default), ``"random"``, ``"e5-exact"``, ``"e5-hnsw"``, an ``http://`` URL of
+      a retrieval server, or any object with ``search(queries, k)``.
+    - ``reward``: a reward spec name (``"em"``, ``"f1"``, ``"format"``, …), a path to a spec file, or a spec.
+    - ``topk``: passages per search (3).
+    - ``max_turns``: the action budget B (4).
+    - ``budget``: ``"actions"`` (default; the paper's Algorithm 1 — every action counts and the episode is
+      truncated after B actions) or ``"extra-answer-turn"`` (Search-R1's code: B actions that may search,
+      then one more in which a search is not executed).
+    - ``protocol``: ``"search-r1"`` (default), ``"r1-searcher"``, ``"r-search"``, a tool-call protocol name,
+      or a :class:`~searchenv.protocol.Protocol`.
+    - ``invalid_hint``: overrides the protocol's corrective hint.
+    - ``max_information_words``: cap on passage words per information block (400, ≈ the paper's 500 tokens);
+      ``None`` disables it.
+    - ``max_query_chars``: longer queries are cut before they reach the engine (2,000).
+    - ``on_retrieval_error``: ``"observe"`` (default) — a failed search becomes an information block saying
+      so and ``info["retrieval_error"]``, the episode goes on; ``"raise"`` — the exception propagates.
+    - ``retriever_options``: keyword options for the engine (``seed``, ``engine``, ``index_dir``, …).
+    - ``data_dir``: local folder overriding the hub for named datasets.
+    - ``render_mode``: ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (prints it).
+
+    ```python
+    >>> import gymnasium as gym, searchenv
+    >>> with gym.make("SearchQA-v0", retriever="bm25", reward="em") as env:
+    ...     prompt, info = env.reset(seed=0)
+    ...     observation, reward, terminated, truncated, info = env.step("<answer>Paris</answer>")
+    ...     info["end_reason"]
+    'answer'
+
+    ```
+
+    ## Vectorized Environment
+
+    ``gym.make_vec("SearchQA-v0", num_envs=N, **kwargs)`` builds a
+    :class:`~searchenv.env.vector.SearchQAVectorEnv`: N episodes sharing one retriever, each vector step one
+    batched ``search`` call. Trainers that hold their own environments (built once, then :meth:`sibling`)
+    step them together with :func:`~searchenv.env.stepping.step_batch`, or
+    :func:`~searchenv.env.stepping.step_batch_async` inside an event loop: one ``search`` per (retriever,
+    k), and all episodes step or none do.
+
+    ## Closing
+
+    ``close()`` (or leaving a ``with`` block) drops the episode, and the environment refuses to step or reset
+    afterwards. Engines named by string are shared by every environment of the process and belong to the
+    composition root, which built them: :func:`searchenv.components.close_shared` closes them. A retriever
+    object passed in belongs to the caller.
+
+    ## Version History
+
+    * v0: this release.
     """
 
     metadata = {"render_modes": ["ansi", "human"]}
@@ -138,12 +195,15 @@ class SearchQAEnv(gym.Env[str, str]):
         self.observation_space = UnicodeText()
         self.action_space = UnicodeText()
         self._episode: Episode | None = None
+        self._closed = False
 
     # -- Gymnasium API ----------------------------------------------------------------------------------
     @property
     def episode(self) -> Episode:
-        """The current episode's transcript and counters."""
+        """The current episode's transcript and counters; raises once the environment is closed."""
         if self._episode is None:
+            if self._closed:
+                raise RuntimeError("the environment is closed; make a new one (gym.make or SearchQAEnv)")
             raise RuntimeError("no episode yet: call reset() first")
         return self._episode
 
@@ -151,7 +211,7 @@ class SearchQAEnv(gym.Env[str, str]):
         """A new environment sharing this one's dataset, retriever and reward spec, with its own random state.
 
         Building N environments this way loads the data and the index once; stepping them together with
-        :func:`step_batch` makes one ``search`` call per step.
+        :func:`~searchenv.env.stepping.step_batch` makes one ``search`` call per step.
         """
         clone = copy.copy(self)
         clone._np_random = None
@@ -171,6 +231,8 @@ class SearchQAEnv(gym.Env[str, str]):
         :class:`~searchenv.types.QAExample` to answer instead). Without either, the question is drawn with the
         seeded generator, so ``reset(seed=s)`` always replays the same episode.
         """
+        if self._closed:
+            raise RuntimeError("the environment is closed; make a new one (gym.make or SearchQAEnv)")
         super().reset(seed=seed)
         options = options or {}
         if "example" in options:
@@ -200,10 +262,21 @@ class SearchQAEnv(gym.Env[str, str]):
         return prompt, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        plan = self._plan(action)
-        if plan.query is None:  # nothing to search: what step_batch would do, without its batch bookkeeping
-            return self._commit(self._outcome(plan, None, None))  # type: ignore[return-value]
-        return search_and_commit([self], [plan])[0]  # type: ignore[return-value]
+        """Take one action through the phases of :mod:`.step_rules`, as a batch of one would (one ``search``)."""
+        episode = self.episode
+        plan = plan_step(self, episode, action)
+        found: list[Passage] | str | None = None
+        if plan.query is not None:
+            golds = [episode.example.golden_answers]
+            searched = run_search(self.retriever, [plan.query], self.topk, self.on_retrieval_error == "raise", golds)
+            found = searched if isinstance(searched, str) else searched[0]
+        return self.apply_step(step_outcome(self, episode, plan, found))
+
+    def apply_step(self, outcome: StepOutcome) -> StepResult:
+        """Write a step's outcome (see :mod:`.step_rules`) to the episode and return the step tuple: the last
+        phase of :meth:`step` and of :func:`~searchenv.env.stepping.step_batch`."""
+        apply_outcome(self.episode, outcome)
+        return self._step_result(outcome.info, outcome.reward, outcome.facts)
 
     def render(self) -> str | None:
         if self._episode is None:
@@ -214,65 +287,16 @@ class SearchQAEnv(gym.Env[str, str]):
             return None
         return text
 
-    # -- one step in three phases, so that a batch validates everything, then searches once, then commits ------
-    def _plan(self, action: str) -> StepPlan:
-        """Read one action without changing anything: raises on misuse, before any episode of a batch moves."""
-        episode = self._episode
-        if episode is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        if episode.done:
-            raise RuntimeError("the episode has ended; call reset() before step()")
-        if not isinstance(action, str):
-            raise TypeError(f"an action is the text the model generated (str), got {type(action).__name__}")
-        number = len(episode.turns) + 1
-        final = number >= self.action_limit
-        parsed = parse_action(action, self.protocol)
-        query = None
-        if parsed.kind == "search":
-            may_search = not final and not (self.budget == "extra-answer-turn" and number > self.max_turns)
-            query = parsed.content[: self.max_query_chars] if may_search else None  # type: ignore[index]
-        return StepPlan(parsed, query, final)
+    def close(self) -> None:
+        """Drop the episode and refuse further steps; closing twice is fine.
 
-    def _outcome(self, plan: StepPlan, passages: list[Passage] | None, error: str | None) -> StepOutcome:
-        """What the step does to the episode — its new turn, observation, reward and info — not yet applied."""
-        episode, parsed = self._episode, plan.parsed
-        assert episode is not None  # _plan checked it
-        info: dict[str, Any] = {"action": parsed.kind, "query": None, "passage_ids": [], "dropped_text": parsed.dropped}
-        if parsed.reason is not None:
-            info["invalid_reason"] = parsed.reason
-        if parsed.kind == "search":
-            info["query"] = parsed.content[: self.max_query_chars]  # type: ignore[index]
-            info["query_clipped"] = len(parsed.content) > self.max_query_chars  # type: ignore[arg-type]
-        if plan.query is None:
-            if parsed.kind == "search":
-                info["search_skipped"] = "action budget exhausted"
-                turn = Turn(parsed, search="skipped")
-            else:  # an answer, or the final action of the budget, gets nothing inserted after it
-                turn = Turn(parsed, "" if parsed.kind == "answer" or plan.final else self.invalid_hint)
-        elif error is not None:
-            info["retrieval_error"] = error
-            turn = Turn(parsed, self.protocol.format_error(), search="failed", error=error)
-        else:
-            found = tuple(passages or ())
-            shown, clipped = _clip_passages(found, self.max_information_words)
-            info["passage_ids"] = [p.id for p in shown]
-            info["information_clipped"] = clipped
-            turn = Turn(parsed, self.protocol.format_passages(shown), "executed", found, tuple(p.id for p in shown))
-        truncated = plan.final and parsed.kind != "answer"
-        if parsed.kind == "answer" or truncated:
-            rollout = Rollout.of_episode(episode, (*episode.turns, turn))
-            return StepOutcome(turn, truncated, self.reward_spec(rollout), rollout.facts, info)
-        return StepOutcome(turn, False, None, None, info)
-
-    def _commit(self, outcome: StepOutcome) -> StepResult:
-        """Apply a step's outcome to the episode and build the Gymnasium step tuple from the episode."""
-        episode = self._episode
-        assert episode is not None  # _plan checked it
-        episode.turns.append(outcome.turn)
-        episode.truncated = outcome.truncated
-        if outcome.reward is not None:
-            episode.end_reason = "action_budget" if outcome.truncated else "answer"
-        return self._step_result(outcome.info, outcome.reward, outcome.facts)
+        The retriever and reward spec are not closed here: built from names, they are shared by every
+        environment of the process and belong to the composition root (:func:`searchenv.components.close_shared`);
+        passed in as objects, they belong to the caller.
+        """
+        self._episode = None
+        self._closed = True
+        super().close()
 
     def _step_result(self, info: dict[str, Any], reward: RewardResult | None, record: Facts | None) -> StepResult:
         """The step tuple; on the terminal step ``reward`` and ``record`` (the episode's facts) are given."""

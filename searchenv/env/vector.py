@@ -2,7 +2,7 @@
 
 Subprocess vectorisation would give each copy its own index and one engine call per episode. Here the N
 episodes share one retriever and every step issues a single batched ``search`` for all of them
-(:func:`searchenv.env.search_qa.step_batch`).
+(:func:`searchenv.env.stepping.step_batch`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 from gymnasium.vector.vector_env import AutoresetMode
 
-from searchenv.env.search_qa import SearchQAEnv, step_batch
+from searchenv.env.search_qa import SearchQAEnv
+from searchenv.env.stepping import step_batch
 
 __all__ = ["SearchQAVectorEnv"]
 
@@ -77,3 +78,9 @@ class SearchQAVectorEnv(VectorEnv):
 
     def render(self) -> tuple[str | None, ...]:
         return tuple(env.render() for env in self.envs)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close every sub-environment (``VectorEnv.close`` calls this once); the shared retriever is left to the
+        composition root that built it (:func:`searchenv.components.close_shared`)."""
+        for env in self.envs:
+            env.close()

@@ -856,6 +856,16 @@ class NativeEngine:
         self.scratch = scratch  # the temporary directory of an in-memory build, removed with the engine
         self._pool: ThreadPoolExecutor | None = None
 
+    def close(self) -> None:
+        """Stop the helper threads of batched search; a later search starts them again.
+
+        The index stays mapped: its pages belong to the page cache, and an in-memory build's scratch folder goes
+        with the engine.
+        """
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
     def search(self, queries: Sequence[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-``k`` (positions, scores) per query, best first; only passages sharing a term with the query."""
         k = max(1, min(int(k), self.num_docs))
