@@ -80,7 +80,7 @@ def test_hub_name_with_local_override(shared_data, tmp_path, monkeypatch):
 def test_hub_name_offline_gives_actionable_error(monkeypatch):
     monkeypatch.delenv("SEARCHENV_DATA_DIR", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    pytest.importorskip("datasets")
+    pytest.importorskip("huggingface_hub")
     with pytest.raises(RuntimeError, match="SEARCHENV_DATA_DIR"):
         load_dataset("popqa", split="test")
 

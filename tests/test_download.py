@@ -1,10 +1,12 @@
-"""``searchenv prepare`` and the resumable download against a real HTTP server on loopback.
+"""``searchenv prepare`` and hub loading through huggingface_hub, against a real HTTP stand-in of the hub on loopback.
 
-The server speaks the two hub endpoints ``prepare`` uses — ``/api/datasets/<repo>/tree/<rev>`` (file list with
-sizes and LFS sha256) and ``/datasets/<repo>/resolve/<rev>/<file>`` (a redirect to the bytes, which honour
-``Range``) — and serves small real stand-ins: the first 60 passages of FlashRAG's wiki-18 sample, gzipped, and a
-faiss flat index of their real e5-base-v2 vectors cut into ``part_aa``/``part_ab``. It can cut a response short
-or publish a wrong checksum. The Hugging Face hub itself is never contacted.
+The stand-in speaks what huggingface_hub asks of the hub: ``/api/datasets/<repo>/tree/<rev>`` (the file list with
+git and LFS checksums) and ``HEAD``/``GET /datasets/<repo>/resolve/<rev>/<file>`` (a redirect carrying
+``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag`` and ``X-Linked-Size``, as the hub answers for LFS files). The
+redirect goes to a second server, the storage host, whose bytes honour ``Range``; it can break a transfer off
+halfway, ignore ``Range`` or send damaged bytes. The files are small real stand-ins: the first 60 passages of
+FlashRAG's wiki-18 sample, gzipped, and faiss indexes of their real e5-base-v2 vectors cut into ``part_aa``...
+huggingface_hub's cache and state point into ``tmp_path``; the Hugging Face hub itself is never contacted.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
@@ -22,94 +27,140 @@ import pytest
 from searchenv.cli.main import main
 from searchenv.cli.prepare import prepare
 from searchenv.corpus import Corpus
-from searchenv.data.hub import ChecksumError, DownloadError, download, file_digest
+from searchenv.data.hub import ChecksumError, RemoteFile, fetch_checked, file_digest
 
 N_PASSAGES = 60
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def git_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 class StandInHub:
-    """A loopback HTTP server with the hub's listing and resolve endpoints; records every request."""
+    """Two loopback servers: the hub (listing, resolve) and the storage host it redirects to; logs every request."""
 
     def __init__(self, repos: dict[str, dict[str, bytes]]):
         self.repos = repos
         self.cut_once: set[str] = set()  # files whose next transfer stops halfway
-        self.wrong_sha: set[str] = set()  # files listed with a checksum that is not theirs
+        self.corrupt: set[str] = set()  # files served with one byte flipped
         self.ignore_range = False
-        self.requests: list[tuple[str, str | None]] = []
+        self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
                 pass
 
+            def do_HEAD(self):
+                self.do_GET()
+
             def do_GET(self):
-                hub.requests.append((self.path, self.headers.get("Range")))
-                parts = self.path.strip("/").split("/")
-                if parts[:2] == ["api", "datasets"] and parts[-2] == "tree":
-                    return self._listing("/".join(parts[2:-2]))
+                path = urlsplit(self.path).path
+                hub.requests.append((self.command, path, self.headers.get("Range")))
+                parts = path.strip("/").split("/")
+                if parts[:2] == ["api", "datasets"] and "tree" in parts:
+                    return self._listing("/".join(parts[2 : parts.index("tree")]))
                 if parts[0] == "datasets" and "resolve" in parts:
                     at = parts.index("resolve")
-                    repo, name = "/".join(parts[1:at]), "/".join(parts[at + 2 :])
-                    self.send_response(302)
-                    self.send_header("Location", f"/cdn/{repo}/{name}")
-                    self.send_header("Content-Length", "0")
-                    return self.end_headers()
-                if parts[0] == "cdn":
-                    return self._bytes("/".join(parts[1:-1]), parts[-1])
+                    return self._resolve("/".join(parts[1:at]), "/".join(parts[at + 2 :]))
+                if parts[0] == "storage":
+                    return self._bytes(path.removeprefix("/storage/"))
                 self.send_error(404)
 
             def _listing(self, repo):
                 if repo not in hub.repos:
-                    return self.send_error(404)
+                    return self._not_found()
                 rows = []
                 for name, data in hub.repos[repo].items():
-                    sha = hashlib.sha256(data).hexdigest()
-                    if name in hub.wrong_sha:
-                        sha = hashlib.sha256(data + b"!").hexdigest()
-                    rows.append(
-                        {"type": "file", "path": name, "size": len(data), "lfs": {"oid": sha, "size": len(data)}}
-                    )
-                body = json.dumps(rows).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                    row = {"type": "file", "path": name, "size": len(data), "oid": git_sha1(data)}
+                    if not name.endswith(".md"):  # what the hub keeps in LFS
+                        sha = hashlib.sha256(data).hexdigest()
+                        row["lfs"] = {"oid": sha, "size": len(data), "pointerSize": 134}
+                    rows.append(row)
+                self._send(200, json.dumps(rows).encode(), {"Content-Type": "application/json"})
 
-            def _bytes(self, repo, name):
+            def _resolve(self, repo, name):
+                data = hub.repos.get(repo, {}).get(name)
+                if data is None:
+                    return self._not_found()
+                self._send(
+                    302,
+                    b"",
+                    {
+                        "Location": f"{hub.storage}/storage/{repo}/{name}",
+                        "X-Repo-Commit": COMMIT,
+                        "ETag": f'"{git_sha1(data)}"',
+                        "X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"',
+                        "X-Linked-Size": str(len(data)),
+                    },
+                )
+
+            def _bytes(self, key):
+                repo = next((r for r in hub.repos if key.startswith(f"{r}/")), "")
+                name = key.removeprefix(f"{repo}/")
                 data = hub.repos.get(repo, {}).get(name)
                 if data is None:
                     return self.send_error(404)
-                start = 0
+                if name in hub.corrupt:
+                    data = data[:-1] + bytes([data[-1] ^ 0xFF])
+                start, status, headers = 0, 200, {}
                 wanted = self.headers.get("Range")
                 if wanted and not hub.ignore_range:
-                    start = int(wanted.split("=")[1].split("-")[0])
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-                else:
-                    self.send_response(200)
+                    start, status = int(wanted.split("=")[1].split("-")[0]), 206
+                    headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
                 body = data[start:]
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if name in hub.cut_once:
+                if name in hub.cut_once:  # promise the whole body, send half, hang up
                     hub.cut_once.discard(name)
-                    self.wfile.write(body[: len(body) // 2])
-                    self.wfile.flush()
+                    self._send(status, body[: len(body) // 2], {**headers, "Content-Length": str(len(body))})
                     self.close_connection = True
                     return
-                self.wfile.write(body)
+                self._send(status, body, headers)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+            def _not_found(self):
+                self._send(404, b'{"error": "Repository not found"}', {"X-Error-Code": "RepoNotFound"})
+
+            def _send(self, status, body, headers):
+                self.send_response(status)
+                headers = {"Content-Length": str(len(body)), **headers}
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+                    self.wfile.flush()
+
+        self.servers = [ThreadingHTTPServer(("127.0.0.1", 0), Handler) for _ in range(2)]
+        self.endpoint, self.storage = (f"http://127.0.0.1:{s.server_address[1]}" for s in self.servers)
+        self.threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in self.servers]
+
+    def fetched(self, name: str) -> list[str | None]:
+        """The ``Range`` header of every transfer of ``name`` from the storage host."""
+        return [rng for method, path, rng in self.requests if path.startswith("/storage/") and path.endswith(name)]
 
     def __enter__(self):
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
         return self
 
     def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def hub_state_in_tmp(tmp_path, monkeypatch):
+    """huggingface_hub online (conftest switches it off for the rest of the suite), its cache in ``tmp_path``."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setattr(constants, "HF_XET_CACHE", str(tmp_path / "hf" / "xet"))
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf" / "token"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
 
 
 @pytest.fixture(scope="module")
@@ -142,16 +193,23 @@ def test_prepare_fetches_assembles_and_the_result_is_searchable(stand_ins, tmp_p
         corpus_path = prepare("wiki18", tmp_path, endpoint=hub.endpoint, progress=False)
         index_path = prepare("e5-flat", tmp_path, endpoint=hub.endpoint, progress=False)
         hnsw_path = prepare("e5-hnsw", tmp_path, endpoint=hub.endpoint, progress=False, keep_parts=True)
-        asked = [path for path, _ in hub.requests]
+        asked = [path for _, path, _ in hub.requests]
         again = prepare("e5-flat", tmp_path, endpoint=hub.endpoint, progress=False)
         assert again == index_path and len(hub.requests) == len(asked)  # already prepared: no request at all
     assert "/api/datasets/PeterJinGo/wiki-18-e5-index/tree/main" in asked
     assert "/datasets/PeterJinGo/wiki-18-e5-index/resolve/main/part_ab" in asked
+    assert "/storage/PeterJinGo/wiki-18-e5-index/part_ab" in asked  # followed the redirect to the storage host
     assert not any("README" in path for path in asked)  # only the files that make the artefact
     record = json.loads((tmp_path / "e5_Flat.index.json").read_text())
     assert record["rows"] == N_PASSAGES and record["dim"] == 768 and record["index_kind"] == "exact"
     assert [s["path"] for s in record["sources"]] == ["part_aa", "part_ab"]
+    assert (
+        record["sources"][0]["sha256"]
+        == hashlib.sha256(stand_ins["PeterJinGo/wiki-18-e5-index"]["part_aa"]).hexdigest()
+    )
+    assert record["origin"] == f"{hub.endpoint}/datasets/PeterJinGo/wiki-18-e5-index@main"
     assert not (tmp_path / "e5-flat.parts").exists() and (tmp_path / "e5-hnsw.parts" / "part_ac").exists()
+    assert not (tmp_path / "hf" / "hub").exists()  # the pieces live beside --out, not in the shared cache
     assert json.loads((tmp_path / "wiki-18.jsonl.json").read_text())["rows"] == N_PASSAGES
     assert (
         index_path.read_bytes()
@@ -170,48 +228,54 @@ def test_prepare_fetches_assembles_and_the_result_is_searchable(stand_ins, tmp_p
     assert (hnsw.search_vectors(vectors, 1)[1][:, 0] == np.arange(N_PASSAGES)).mean() >= 0.95
 
 
-def test_interrupted_transfer_resumes_with_a_range_request(stand_ins, tmp_path):
-    data = stand_ins["PeterJinGo/wiki-18-e5-index"]["part_aa"]
-    sha = hashlib.sha256(data).hexdigest()
+def test_interrupted_transfer_resumes_with_a_range_request(stand_ins, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    # huggingface_hub writes what it receives in blocks of 10 MB; the stand-in pieces are ~100 kB, so that the bytes
+    # before the cut reach the disk (and the resume asks for the rest only), the blocks here are 4 kB.
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 4096)
+    flat = stand_ins["PeterJinGo/wiki-18-e5-index"]
     with StandInHub(stand_ins) as hub:
-        url = f"{hub.endpoint}/datasets/PeterJinGo/wiki-18-e5-index/resolve/main/part_aa"
-        hub.cut_once.add("part_aa")
-        with pytest.raises(DownloadError, match="run the same command again to resume"):
-            download(url, tmp_path / "part_aa", size=len(data), checksum=sha, retries=0, progress=False)
-        kept = (tmp_path / "part_aa.incomplete").stat().st_size
-        assert 0 < kept < len(data) and not (tmp_path / "part_aa").exists()
-        download(url, tmp_path / "part_aa", size=len(data), checksum=sha, retries=0, progress=False)
-        assert (tmp_path / "part_aa").read_bytes() == data and not (tmp_path / "part_aa.incomplete").exists()
-        assert hub.requests[-1] == ("/cdn/PeterJinGo/wiki-18-e5-index/part_aa", f"bytes={kept}-")  # resumed
+        hub.cut_once.add("part_aa")  # the connection drops halfway through the first transfer
+        index_path = prepare("e5-flat", tmp_path, endpoint=hub.endpoint, progress=False)
+        first, second = hub.fetched("part_aa")
+        assert first is None and second is not None
+        kept = int(second.removeprefix("bytes=").rstrip("-"))
+        assert 0 < kept < len(flat["part_aa"])  # asked only for the bytes after those already received
+        assert index_path.read_bytes() == flat["part_aa"] + flat["part_ab"]
 
-        hub.cut_once.add("part_ab")  # within one call: the retry resumes on its own
-        part_ab = stand_ins["PeterJinGo/wiki-18-e5-index"]["part_ab"]
-        download(
-            url.replace("part_aa", "part_ab"),
-            tmp_path / "part_ab",
-            size=len(part_ab),
-            checksum=hashlib.sha256(part_ab).hexdigest(),
-            retries=1,
-            backoff_s=0,
-            progress=False,
-        )
-        assert (tmp_path / "part_ab").read_bytes() == part_ab and hub.requests[-1][1] is not None
-
-        hub.ignore_range = True  # a server that answers a Range request with the whole file: start over
-        (tmp_path / "again.incomplete").write_bytes(data[:100])
-        download(url, tmp_path / "again", size=len(data), checksum=sha, progress=False)
-        assert (tmp_path / "again").read_bytes() == data
+        hub.ignore_range = True  # a storage host that answers a Range request with the whole file: start over
+        hub.cut_once.add("part_ab")
+        hnsw = stand_ins["PeterJinGo/wiki-18-e5-index-HNSW64"]
+        hnsw_path = prepare("e5-hnsw", tmp_path, endpoint=hub.endpoint, progress=False)
+        assert hnsw_path.read_bytes() == hnsw["part_aa"] + hnsw["part_ab"] + hnsw["part_ac"]
 
 
-def test_checksum_mismatch_is_rejected_and_the_bytes_deleted(stand_ins, tmp_path):
-    with StandInHub(stand_ins) as hub:
-        hub.wrong_sha.add("part_ab")
-        with pytest.raises(ChecksumError, match="part_ab: sha256 .* does not match the published"):
-            prepare("e5-flat", tmp_path, endpoint=hub.endpoint, progress=False, retries=0)
+def test_damaged_piece_is_refused_deleted_and_fetched_anew(stand_ins, tmp_path):
+    flat = stand_ins["PeterJinGo/wiki-18-e5-index"]
     pieces = tmp_path / "e5-flat.parts"
-    assert (pieces / "part_aa").exists()  # verified, kept for the next run
-    assert not (pieces / "part_ab").exists() and not (pieces / "part_ab.incomplete").exists()
-    assert not (tmp_path / "e5_Flat.index").exists()
+    with StandInHub(stand_ins) as hub:
+        hub.corrupt.add("part_ab")  # right size, one byte wrong: only the sha256 can tell
+        with pytest.raises(ChecksumError, match="part_ab: sha256 .* does not match the published"):
+            prepare("e5-flat", tmp_path, endpoint=hub.endpoint, progress=False)
+        assert (pieces / "part_aa").read_bytes() == flat["part_aa"]  # verified, kept for the next run
+        assert not (pieces / "part_ab").exists() and not list(pieces.rglob("*.incomplete"))
+        assert not (tmp_path / "e5_Flat.index").exists()
+
+        hub.corrupt.clear()
+        before = len(hub.requests)
+        assert prepare("e5-flat", tmp_path, endpoint=hub.endpoint, progress=False).is_file()
+        fetched = {path for _, path, _ in hub.requests[before:] if path.startswith("/storage/")}
+        assert fetched == {"/storage/PeterJinGo/wiki-18-e5-index/part_ab"}  # part_aa was not fetched again
+
+
+def test_size_other_than_listed_is_refused(stand_ins, tmp_path):
+    data = stand_ins["PeterJinGo/wiki-18-e5-index"]["part_aa"]
+    listed = RemoteFile("part_aa", len(data) + 5, hashlib.sha256(data).hexdigest(), git_sha1(data))
+    with StandInHub(stand_ins) as hub:
+        with pytest.raises(ChecksumError, match="the hub lists"):
+            fetch_checked("PeterJinGo/wiki-18-e5-index", listed, tmp_path, endpoint=hub.endpoint, progress=False)
+    assert not (tmp_path / "part_aa").exists()
 
 
 def test_offline_from_a_local_folder_checks_sums_and_structure(stand_ins, tmp_path):
@@ -250,9 +314,12 @@ def test_cli_prepare_and_its_errors(stand_ins, tmp_path, capsys):
         captured = capsys.readouterr()
         assert code == 0 and captured.out.split() == [str(tmp_path / "wiki-18.jsonl"), str(tmp_path / "e5_Flat.index")]
         assert "e5_Flat.index" in captured.err and "B/s" in captured.err  # byte progress bars
-    unreachable = "http://127.0.0.1:9"  # discard port: nothing listens
-    assert main(["prepare", "e5-hnsw", "--out", str(tmp_path), "--endpoint", unreachable]) == 2
-    assert "cannot list PeterJinGo/wiki-18-e5-index-HNSW64" in capsys.readouterr().err
+    without_hnsw = {repo: files for repo, files in stand_ins.items() if not repo.endswith("HNSW64")}
+    with StandInHub(without_hnsw) as hub:
+        assert main(["prepare", "e5-hnsw", "--out", str(tmp_path), "--endpoint", hub.endpoint]) == 2
+    err = capsys.readouterr().err
+    assert "cannot list PeterJinGo/wiki-18-e5-index-HNSW64@main" in err and "RepositoryNotFoundError" in err
+    assert "--from" in err
     with pytest.raises(SystemExit):
         main(["prepare", "wiki-19"])
     assert "invalid choice: 'wiki-19'" in capsys.readouterr().err
@@ -265,10 +332,20 @@ def test_prepare_refuses_unknown_names_and_missing_sources(tmp_path):
         prepare("wiki18", tmp_path, source=tmp_path / "nowhere", progress=False)
 
 
-def test_wrong_size_is_rejected(stand_ins, tmp_path):
-    data = stand_ins["PeterJinGo/wiki-18-corpus"]["README.md"]
-    with StandInHub(stand_ins) as hub:
-        url = f"{hub.endpoint}/datasets/PeterJinGo/wiki-18-corpus/resolve/main/README.md"
-        with pytest.raises(ChecksumError, match="the source lists"):
-            download(url, tmp_path / "README.md", size=len(data) + 5, retries=0, progress=False)
-        assert not Path(tmp_path / "README.md.incomplete").exists()
+@pytest.mark.slow  # two fresh Python processes
+def test_qa_set_by_name_comes_through_hf_endpoint_into_the_shared_cache(shared_data, tmp_path):
+    """``load_dataset("nq")`` in a fresh process whose only pointer to the stand-in is ``$HF_ENDPOINT``."""
+    rows = (shared_data / "qa" / "nq_test_17.jsonl").read_bytes()
+    script = "from searchenv.data.datasets import load_dataset; print(load_dataset('nq', split='test')[0].question)"
+    with StandInHub({"RUC-NLPIR/FlashRAG_datasets": {"nq/test.jsonl": rows}}) as hub:
+        env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"}
+        env.pop("SEARCHENV_DATA_DIR", None)
+        env.pop("HF_HUB_CACHE", None)
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == json.loads(rows.splitlines()[0])["question"].strip()
+        assert ("GET", "/storage/RUC-NLPIR/FlashRAG_datasets/nq/test.jsonl", None) in hub.requests
+        offline = {**env, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}  # cached: no hub needed
+        again = subprocess.run([sys.executable, "-c", script], env=offline, capture_output=True, text=True, timeout=120)
+        assert again.stdout == done.stdout, again.stderr
+    assert list((tmp_path / "hf" / "hub").glob("datasets--RUC-NLPIR--FlashRAG_datasets/snapshots/*/nq/test.jsonl"))

@@ -11,14 +11,16 @@ e5-flat    PeterJinGo/wiki-18-e5-index            part_aa, part_ab     e5_Flat.i
 e5-hnsw    PeterJinGo/wiki-18-e5-index-HNSW64     part_*               e5_HNSW64.index (concatenated)
 ========== ====================================== ==================== ==============================
 
-:func:`prepare` fetches the files with :func:`searchenv.data.hub.download` (resumable, checked against the
-hub's published sha256), assembles the result into ``out`` through a temporary file renamed into place,
-checks its structure (a corpus row parses; an index opens with the expected row count and dimension) and writes
-``<result>.json`` (sources, sizes, checksums, rows) and a ``SHA256SUMS`` line for it. Pieces are downloaded
-into ``<artefact>.parts/`` and deleted once assembled (``keep_parts`` keeps them): an assembled index needs
-its own size again in free disk while its pieces still exist. ``source=`` (``--from``)
-takes the files from a local folder instead — the hub's files or already assembled results, e.g. a folder
-copied from a machine that ran ``prepare`` — and checks them against a ``SHA256SUMS`` beside them when present.
+:func:`prepare` lists the repository and fetches the matching files through ``huggingface_hub``
+(:mod:`searchenv.data.hub`: mirrors, resumed connections, a lock per file, each file checked against the hub's
+published sha256) into ``<artefact>.parts/`` beside the result, assembles the result into ``out`` through a
+temporary file renamed into place, checks its structure (a corpus row parses; an index opens with the expected
+row count and dimension) and writes ``<result>.json`` (sources, sizes, checksums, rows) and a ``SHA256SUMS`` line
+for it. The pieces stay on the disk of ``out`` rather than in the shared hub cache: an assembled index needs its
+own size again in free disk while its pieces exist, so they are deleted once assembled (``keep_parts`` keeps
+them). ``source=`` (``--from``) takes the files from a local folder instead — the hub's files or already
+assembled results, e.g. a folder copied from a machine that ran ``prepare`` — and checks them against a
+``SHA256SUMS`` beside them when present.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from searchenv.cache import cache_root
-from searchenv.data.hub import RemoteFile, default_endpoint, download, file_digest, hub_file_url, hub_listing
 
 __all__ = ["ARTEFACTS", "Artefact", "add_prepare_parser", "prepare"]
 
@@ -94,8 +95,6 @@ def prepare(
     endpoint: str | None = None,
     revision: str = "main",
     keep_parts: bool = False,
-    retries: int = 3,
-    backoff_s: float = 2.0,
     progress: bool = True,
 ) -> Path:
     """Produce artefact ``name`` (see :data:`ARTEFACTS`) in ``out`` and return its path; idempotent.
@@ -106,7 +105,10 @@ def prepare(
         endpoint: hub address (default ``$HF_ENDPOINT`` or https://huggingface.co).
         revision: repository revision (branch, tag or commit).
         keep_parts: keep the downloaded pieces after assembling (by default they are deleted to free the disk).
-        retries, backoff_s: per-file retries of a failed transfer, and the first wait between them.
+
+    Raises:
+        searchenv.data.hub.DownloadError: the hub could not be reached (pieces already fetched are kept).
+        searchenv.data.hub.ChecksumError: a piece arrived damaged (it is deleted; run again).
     """
     try:
         artefact = ARTEFACTS[name]
@@ -121,37 +123,27 @@ def prepare(
     if source is not None:
         return _from_local(artefact, Path(source), out_dir, progress)
 
-    endpoint = (endpoint or default_endpoint()).rstrip("/")
-    listing = [f for f in hub_listing(endpoint, artefact.repo, revision) if re.fullmatch(artefact.files, f.path)]
+    from searchenv.data import hub
+
+    listed = hub.list_files(artefact.repo, revision=revision, endpoint=endpoint)
+    listing = sorted((f for f in listed if re.fullmatch(artefact.files, f.path)), key=lambda f: f.path)
     if not listing:
         raise ValueError(f"{artefact.repo}@{revision} has no file matching {artefact.files!r}: has it been renamed?")
-    listing.sort(key=lambda f: f.path)
     pieces_dir = out_dir / f"{artefact.name}.parts"  # one folder per artefact: both indexes have a part_aa
     pieces_dir.mkdir(exist_ok=True)
-    _check_space(pieces_dir, listing, artefact)
-    parts = []
-    for remote in listing:
-        url = hub_file_url(endpoint, artefact.repo, remote.path, revision)
-        local = pieces_dir / remote.path
-        if not local.exists():  # a finished download was verified before it was renamed into place
-            download(
-                url,
-                local,
-                size=remote.size,
-                checksum=remote.checksum,
-                algorithm=remote.algorithm,
-                retries=retries,
-                backoff_s=backoff_s,
-                progress=progress,
-            )
-        parts.append(local)
-    sources = [{"path": r.path, "size": r.size, r.algorithm: r.checksum} for r in listing]
-    origin = f"{endpoint}/datasets/{artefact.repo}@{revision}"
+    _check_space(pieces_dir, {f.path: f.size for f in listing}, artefact)
+    parts = [
+        hub.fetch_checked(artefact.repo, remote, pieces_dir, revision=revision, endpoint=endpoint, progress=progress)
+        for remote in listing
+    ]
+    sources = [
+        {"path": r.path, "size": r.size, **({"sha256": r.sha256} if r.sha256 else {"git-sha1": r.git_sha1})}
+        for r in listing
+    ]
+    origin = f"{hub.hub_address(endpoint)}/datasets/{artefact.repo}@{revision}"
     _assemble(artefact, parts, target, record_file, origin, sources, progress)
     if not keep_parts:
-        for part in parts:
-            part.unlink()
-        pieces_dir.rmdir()
+        shutil.rmtree(pieces_dir)  # the pieces and huggingface_hub's bookkeeping (.cache/) beside them
     return target
 
 
@@ -275,15 +267,10 @@ def _describe(info: dict[str, Any]) -> str:
     return f"{info['rows']:,} passages"
 
 
-def _check_space(pieces_dir: Path, listing: Sequence[RemoteFile], artefact: Artefact) -> None:
+def _check_space(pieces_dir: Path, sizes: dict[str, int], artefact: Artefact) -> None:
     """Refuse to start a download the disk cannot hold (pieces plus the result; gunzip ~3.2x the archive)."""
-    missing = sum((f.size or 0) for f in listing if not (pieces_dir / f.path).exists())
-    missing -= sum(
-        (pieces_dir / (f.path + ".incomplete")).stat().st_size
-        for f in listing
-        if (pieces_dir / (f.path + ".incomplete")).exists()
-    )
-    result = sum((f.size or 0) for f in listing) * (3.2 if artefact.assemble == "gunzip" else 1.0)
+    missing = sum(size for name, size in sizes.items() if not (pieces_dir / name).exists())
+    result = sum(sizes.values()) * (3.2 if artefact.assemble == "gunzip" else 1.0)
     free = shutil.disk_usage(pieces_dir).free
     if free < missing + result:
         raise OSError(
@@ -309,7 +296,9 @@ def _check_local_sum(path: Path, sums: dict[str, str], progress: bool) -> str | 
     if path.name not in sums:
         _say(progress, f"{path.name}: no SHA256SUMS entry beside it; checking its structure only")
         return None
-    digest = file_digest(path, "sha256", progress=progress)
+    from searchenv.data.hub import file_digest
+
+    digest = file_digest(path, progress=progress)
     if digest != sums[path.name]:
         raise ValueError(f"{path}: sha256 {digest} does not match SHA256SUMS ({sums[path.name]}); the copy is damaged")
     return digest
@@ -373,9 +362,6 @@ def add_prepare_parser(commands: Any) -> None:
     parser.add_argument("--endpoint", default=None, help="hub address (default: $HF_ENDPOINT or huggingface.co)")
     parser.add_argument("--revision", default="main", help="repository revision (default: main)")
     parser.add_argument("--keep-parts", action="store_true", help="keep the downloaded pieces after assembling")
-    parser.add_argument(
-        "--retries", type=int, default=3, help="retries per file after a dropped connection (default 3)"
-    )
     parser.set_defaults(handler=_run_prepare)
 
 
@@ -393,10 +379,11 @@ def _run_prepare(args: argparse.Namespace) -> int:
                     endpoint=args.endpoint,
                     revision=args.revision,
                     keep_parts=args.keep_parts,
-                    retries=args.retries,
                 )
             )
-        except (DownloadError, OSError) as exc:
+        except DownloadError as exc:
+            raise RuntimeError(f"{exc}; or pass a folder holding the files with --from") from None
+        except OSError as exc:
             raise RuntimeError(str(exc)) from None
     for path in paths:
         print(path)

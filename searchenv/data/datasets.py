@@ -134,21 +134,15 @@ def _hub_rows(name: str, split: str, data_dir: str | os.PathLike[str] | None) ->
         if not local.is_file():
             raise FileNotFoundError(f"{local} not found; the local override expects <data_dir>/{name}/{split}.jsonl")
         return _read_jsonl(local)
-    try:
-        import datasets
-    except ImportError:
-        raise ImportError(
-            f"loading {name!r} from the hub needs the 'datasets' package (pip install datasets), or pass "
-            f"data_dir= / set SEARCHENV_DATA_DIR to a folder with {name}/{split}.jsonl"
-        ) from None
-    try:
-        hub = datasets.load_dataset(HUB_REPO, name, split=split)
-    except Exception as exc:  # network, auth or cache errors all mean the same to the user
+    from searchenv.data.hub import DownloadError, download
+
+    try:  # FlashRAG's own file, the layout the local override mirrors; kept in the shared hub cache
+        return _read_jsonl(download(HUB_REPO, f"{name}/{split}.jsonl"))
+    except DownloadError as exc:
         raise RuntimeError(
-            f"could not load {name}/{split} from the hub ({HUB_REPO}): {exc}. Offline? Download "
-            f"{name}/{split}.jsonl and pass data_dir= or set SEARCHENV_DATA_DIR."
-        ) from exc
-    return [dict(r) for r in hub]
+            f"{exc}. Or download {name}/{split}.jsonl of {HUB_REPO} elsewhere and pass data_dir= or set "
+            "SEARCHENV_DATA_DIR to the folder holding it"
+        ) from None
 
 
 def load_dataset(

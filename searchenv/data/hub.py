@@ -1,252 +1,175 @@
-"""Large-file download that survives interruptions and refuses corrupt bytes.
+"""Files of Hugging Face dataset repositories, fetched through ``huggingface_hub`` and checked before use.
 
-wiki-18 and its E5 index are tens of gigabytes; a dropped connection must not cost the bytes already on disk,
-and a truncated or altered file must never be used. :func:`download` therefore
+``huggingface_hub`` does the transfer: the ``HF_ENDPOINT`` mirror and the user's token, the redirect to the
+storage host, Range requests that resume a connection dropped mid-file (within one run), a lock against a second
+process fetching the same file, Xet storage when ``hf_xet`` is installed, and the shared cache. What its plain
+HTTP path checks is only the byte count, not the checksum the hub publishes — and a wrong piece of the E5 index
+would be joined silently into a 65 GB file. So :func:`fetch_checked` hashes every file it hands out against the
+listing from :func:`list_files`, and deletes one that does not match (:class:`ChecksumError`).
 
-* writes to ``<name>.incomplete`` and resumes it with an HTTP ``Range`` request (restarting from zero only when
-  the server ignores ``Range``), retrying a dropped connection ``retries`` times with back-off;
-* checks the size and the checksum the server published (for the Hugging Face hub: the LFS ``sha256`` of the
-  file, or the git blob SHA-1 of a small file) before renaming the file into place, atomically — a mismatch
-  deletes the partial file and raises :class:`ChecksumError`;
-* shows a tqdm bar in bytes (rate, ETA), starting at the bytes already there.
-
-:func:`hub_listing` reads a Hugging Face repository's file list (names, sizes, checksums) from the hub's
-``/api/{kind}s/{repo}/tree/{revision}`` endpoint; :func:`hub_file_url` gives a file's ``resolve`` URL. The
-endpoint defaults to ``$HF_ENDPOINT`` or ``https://huggingface.co`` (a mirror works the same way).
-Only the standard library is used.
+Every failure to reach or read the hub becomes a :class:`DownloadError` that names the repository and the cause
+instead of a transport traceback; callers add their own way round it (``--from``, ``SEARCHENV_DATA_DIR``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import http.client
-import json
 import os
-import re
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import httpx2  # huggingface_hub's HTTP client: its transport errors reach the caller unwrapped
+    from huggingface_hub import HfApi, constants, hf_hub_download
+    from huggingface_hub.hf_api import RepoFile
+    from huggingface_hub.utils.sha import git_hash, sha_fileobj
+except ImportError:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "fetching from the Hugging Face hub needs huggingface_hub>=2.4: pip install 'searchenv[hub]'"
+    ) from None
 
 __all__ = [
     "ChecksumError",
     "DownloadError",
     "RemoteFile",
-    "default_endpoint",
     "download",
+    "fetch_checked",
     "file_digest",
-    "hub_file_url",
-    "hub_listing",
+    "hub_address",
+    "list_files",
 ]
 
-_CHUNK = 1 << 20
-_USER_AGENT = "searchenv-download/1"
+_HASH_BLOCK = 8 << 20
 
 
 class DownloadError(RuntimeError):
-    """The server could not be reached or kept failing; bytes already fetched stay on disk for a resume."""
+    """The hub could not be reached, or refused or broke off a transfer."""
 
 
 class ChecksumError(ValueError):
-    """A finished file does not have the size or checksum its source published; it has been deleted."""
+    """A downloaded file does not have the size or checksum the hub lists for it; it has been deleted."""
 
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """One file of a repository: its path, size and published checksum (``algorithm`` is ``sha256`` or ``git-sha1``)."""
+    """One file of a repository as the hub lists it: ``sha256`` for LFS files, the git blob SHA-1 for the others."""
 
     path: str
-    size: int | None
-    checksum: str | None
-    algorithm: str = "sha256"
+    size: int
+    sha256: str | None
+    git_sha1: str
 
 
-def default_endpoint() -> str:
-    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-
-
-def hub_file_url(endpoint: str, repo: str, path: str, revision: str = "main", kind: str = "dataset") -> str:
-    prefix = "" if kind == "model" else f"{kind}s/"
-    return f"{endpoint.rstrip('/')}/{prefix}{repo}/resolve/{revision}/{path}"
-
-
-def hub_listing(
-    endpoint: str, repo: str, revision: str = "main", kind: str = "dataset", timeout: float = 60
-) -> list[RemoteFile]:
-    """Files at the top of a hub repository, with the sha256 of LFS files and the git SHA-1 of the others."""
-    url = f"{endpoint.rstrip('/')}/api/{kind}s/{repo}/tree/{revision}"
+def list_files(repo: str, *, revision: str = "main", endpoint: str | None = None) -> list[RemoteFile]:
+    """The files at the top of dataset ``repo`` (folders are skipped), with their sizes and checksums."""
     try:
-        with urllib.request.urlopen(_request(url), timeout=timeout) as response:
-            rows = json.loads(response.read())
-    except (urllib.error.URLError, OSError, http.client.HTTPException, json.JSONDecodeError) as exc:
+        entries = list(HfApi(endpoint=endpoint).list_repo_tree(repo, revision=revision, repo_type="dataset"))
+    except (OSError, httpx2.HTTPError) as exc:
         raise DownloadError(
-            f"cannot list {repo} at {url} ({_reason(exc)}). Offline or blocked? Fetch the files on a machine that "
-            "can reach the hub and pass their folder with --from (or set HF_ENDPOINT to a mirror)"
+            f"cannot list {repo}@{revision} on {hub_address(endpoint)} ({_reason(exc)}). "
+            "Offline? HF_ENDPOINT names a mirror"
         ) from None
-    files = []
-    for row in rows:
-        if row.get("type") != "file":
-            continue
-        lfs = row.get("lfs") or {}
-        if lfs.get("oid"):
-            files.append(RemoteFile(row["path"], int(lfs.get("size", row.get("size"))), lfs["oid"], "sha256"))
-        else:
-            files.append(RemoteFile(row["path"], int(row["size"]), row.get("oid"), "git-sha1"))
-    return files
-
-
-def file_digest(path: Path, algorithm: str = "sha256", *, progress: bool = True) -> str:
-    """``sha256`` of a file's bytes, or ``git-sha1``: the SHA-1 git gives the file as a blob."""
-    from tqdm.auto import tqdm
-
-    size = path.stat().st_size
-    if algorithm == "sha256":
-        digest = hashlib.sha256()
-    elif algorithm == "git-sha1":
-        digest = hashlib.sha1()
-        digest.update(f"blob {size}\0".encode())
-    else:
-        raise ValueError(f"unknown checksum algorithm {algorithm!r}; expected 'sha256' or 'git-sha1'")
-    with (
-        path.open("rb") as handle,
-        tqdm(
-            total=size, desc=f"checking {path.name}", unit="B", unit_scale=True, unit_divisor=1024, disable=not progress
-        ) as bar,
-    ):
-        while block := handle.read(8 * _CHUNK):
-            digest.update(block)
-            bar.update(len(block))
-    return digest.hexdigest()
+    return [
+        RemoteFile(e.path, e.lfs.size if e.lfs else e.size, e.lfs.sha256 if e.lfs else None, e.blob_id)
+        for e in entries
+        if isinstance(e, RepoFile)
+    ]
 
 
 def download(
-    url: str,
-    dest: str | os.PathLike[str],
+    repo: str,
+    path: str,
     *,
-    size: int | None = None,
-    checksum: str | None = None,
-    algorithm: str = "sha256",
-    retries: int = 3,
-    backoff_s: float = 2.0,
-    timeout: float = 60,
+    folder: str | os.PathLike[str] | None = None,
+    revision: str = "main",
+    endpoint: str | None = None,
     progress: bool = True,
 ) -> Path:
-    """Fetch ``url`` into ``dest``, resuming ``dest.incomplete`` if present; verify; rename into place.
+    """Fetch ``path`` of dataset ``repo`` into ``folder`` (``folder/path``), or into the shared hub cache.
 
-    Raises:
-        DownloadError: the transfer kept failing (the partial file is kept: call again to resume).
-        ChecksumError: the complete file has the wrong size or checksum (the partial file is deleted).
+    A file already there and unchanged on the hub is not fetched again.
     """
+    from functools import partial
+
     from tqdm.auto import tqdm
 
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(dest.name + ".incomplete")
-    if size is not None and partial.exists() and partial.stat().st_size > size:
-        partial.unlink()  # longer than the file can be: not a prefix of it
-    failures = 0
-    with tqdm(
-        total=size,
-        initial=partial.stat().st_size if partial.exists() else 0,
-        desc=dest.name,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        disable=not progress,
-    ) as bar:
-        while True:
-            try:
-                _fetch_rest(url, partial, size, timeout, bar)
-                break
-            except (urllib.error.URLError, OSError, http.client.HTTPException, _ShortRead) as exc:
-                if isinstance(exc, urllib.error.HTTPError) and exc.code in (401, 403, 404):
-                    raise DownloadError(
-                        f"{url}: HTTP {exc.code} {exc.reason} — check the repository, revision and file name"
-                    ) from None
-                failures += 1
-                kept = partial.stat().st_size if partial.exists() else 0
-                if failures > retries:
-                    raise DownloadError(
-                        f"downloading {url} failed {failures} times ({_reason(exc)}); {kept:,} bytes are kept in "
-                        f"{partial}: run the same command again to resume"
-                    ) from None
-                time.sleep(backoff_s * 2 ** (failures - 1))
-    _verify(partial, dest.name, size, checksum, algorithm, progress)
-    os.replace(partial, dest)
-    return dest
-
-
-class _ShortRead(Exception):
-    """The server closed the connection before sending the whole file."""
-
-
-def _fetch_rest(url: str, partial: Path, size: int | None, timeout: float, bar) -> None:
-    """Append the bytes after ``partial``'s current length (or start over if the server ignores ``Range``)."""
-    have = partial.stat().st_size if partial.exists() else 0
-    if size is not None and have == size:
-        return
-    request = _request(url)
-    if have:
-        request.add_header("Range", f"bytes={have}-")
     try:
-        response = urllib.request.urlopen(request, timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 416 and have and size is None:  # nothing after what we have: the file is complete
-            return
-        raise
-    with response:
-        if have and response.status == 206:
-            start = _content_range_start(response.headers.get("Content-Range", ""))
-            if start != have:
-                raise _ShortRead(f"asked for bytes from {have}, the server sent from {start}")
-            mode = "ab"
-        else:  # 200: the whole file again
-            mode = "wb"
-            bar.reset(total=size)
-        expected = response.headers.get("Content-Length")
-        received = 0
-        with partial.open(mode) as handle:
-            while True:
-                try:
-                    block = response.read(_CHUNK)
-                except http.client.IncompleteRead as exc:
-                    handle.write(exc.partial)
-                    bar.update(len(exc.partial))
-                    raise _ShortRead("connection closed mid-file") from None
-                if not block:
-                    break
-                handle.write(block)
-                received += len(block)
-                bar.update(len(block))
-        if expected is not None and received < int(expected):
-            raise _ShortRead(f"connection closed after {received:,} of {int(expected):,} bytes")
+        local = hf_hub_download(
+            repo,
+            path,
+            repo_type="dataset",
+            revision=revision,
+            local_dir=folder,
+            endpoint=endpoint,
+            # plain tqdm: huggingface_hub's own bar hides itself when stderr is not a terminal (a log file)
+            tqdm_class=partial(tqdm, disable=not progress, unit_divisor=1024),
+        )
+    except (OSError, httpx2.HTTPError) as exc:
+        raise DownloadError(
+            f"cannot fetch {path} of {repo}@{revision} from {hub_address(endpoint)} ({_reason(exc)}). Offline? "
+            "HF_ENDPOINT names a mirror; files already fetched are kept, so running again goes on from them"
+        ) from None
+    return Path(local)
 
 
-def _verify(path: Path, name: str, size: int | None, checksum: str | None, algorithm: str, progress: bool) -> None:
-    found = path.stat().st_size
-    if size is not None and found != size:
-        path.unlink()
-        raise ChecksumError(f"{name}: {found:,} bytes downloaded but the source lists {size:,}; deleted, retry")
-    if checksum is None:
-        return
-    digest = file_digest(path, algorithm, progress=progress)
-    if digest != checksum.lower():
-        path.unlink()
+def fetch_checked(
+    repo: str,
+    remote: RemoteFile,
+    folder: str | os.PathLike[str],
+    *,
+    revision: str = "main",
+    endpoint: str | None = None,
+    progress: bool = True,
+) -> Path:
+    """:func:`download` ``remote`` into ``folder``, then check its size and checksum against the listing.
+
+    Raises:
+        DownloadError: the hub could not be reached or broke off the transfer.
+        ChecksumError: the bytes are not the ones listed (the file is deleted, so that a new run fetches it anew).
+    """
+    local = download(repo, remote.path, folder=folder, revision=revision, endpoint=endpoint, progress=progress)
+    found = local.stat().st_size
+    if found != remote.size:
+        local.unlink()
+        raise ChecksumError(f"{remote.path}: {found:,} bytes arrived but the hub lists {remote.size:,}; deleted, retry")
+    if remote.sha256 is not None:
+        algorithm, expected, digest = "sha256", remote.sha256, file_digest(local, progress=progress)
+    else:  # a small file kept in git itself (the hub allows 10 MB at most)
+        algorithm, expected, digest = "git-sha1", remote.git_sha1, git_hash(local.read_bytes())
+    if digest != expected.lower():
+        local.unlink()
         raise ChecksumError(
-            f"{name}: {algorithm} {digest} does not match the published {checksum}; the file was corrupted "
+            f"{remote.path}: {algorithm} {digest} does not match the published {expected}; the file was corrupted "
             "in transit or changed at the source. It has been deleted: run the command again to fetch it anew"
         )
+    return local
 
 
-def _request(url: str) -> urllib.request.Request:
-    return urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
+def file_digest(path: Path, *, progress: bool = True) -> str:
+    """The sha256 of a file's bytes, with a progress bar (tens of gigabytes take minutes)."""
+    from tqdm.auto import tqdm
+
+    with (
+        path.open("rb") as handle,
+        tqdm.wrapattr(
+            handle,
+            "read",
+            total=path.stat().st_size,
+            desc=f"checking {path.name}",
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            disable=not progress,
+        ) as reader,
+    ):
+        return sha_fileobj(reader, _HASH_BLOCK).hex()
 
 
-def _content_range_start(header: str) -> int | None:
-    match = re.match(r"bytes (\d+)-", header)
-    return int(match.group(1)) if match else None
+def hub_address(endpoint: str | None = None) -> str:
+    """The hub a call with ``endpoint`` talks to: ``endpoint``, else ``$HF_ENDPOINT``, else huggingface.co."""
+    return (endpoint or constants.ENDPOINT).rstrip("/")
 
 
 def _reason(exc: BaseException) -> str:
-    return str(getattr(exc, "reason", None) or exc) or type(exc).__name__
+    """The exception's type and first line: what went wrong, without huggingface_hub's traceback."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
