@@ -6,6 +6,10 @@ Actions, answers and searches are *not* read here: they come from the episode's 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+from searchenv.protocol.scan import TagScanner
+
 __all__ = ["END_MARKERS", "block_content", "strip_end_markers"]
 
 # End-of-turn markers that decoders leave in the text when special tokens are not skipped (Qwen, Llama 3,
@@ -31,19 +35,16 @@ def strip_end_markers(text: str) -> str:
 def block_content(text: str, tags: tuple[str, str]) -> str | None:
     """Content (stripped) of the last complete ``open … close`` block of ``text``, or ``None``.
 
-    Blocks are read left to right, each closing at the first closing tag after its opening tag and opening at
-    the nearest opening tag before that (so a stray earlier opening tag cannot swallow the content). Linear:
-    every tag occurrence is visited once.
+    Blocks are read left to right by the action parser's rule (:mod:`searchenv.protocol.scan`): each is the
+    first closing tag with the nearest opening tag before it, so a stray earlier opening tag cannot swallow the
+    content. Linear in ``len(text)``.
     """
-    open_tag, close_tag = tags
-    found: tuple[int, int] | None = None
-    opened = text.find(open_tag)
-    while opened >= 0:
-        closed = text.find(close_tag, opened + len(open_tag))
-        if closed < 0:
-            break
-        while (later := text.find(open_tag, opened + len(open_tag), closed)) >= 0:
-            opened = later
-        found = (opened + len(open_tag), closed)
-        opened = text.find(open_tag, closed + len(close_tag))
-    return None if found is None else text[found[0] : found[1]].strip()
+    content = None
+    for block in _scanner(tags).read(text).blocks():
+        content = text[block.body_start : block.body_end]
+    return None if content is None else content.strip()
+
+
+@lru_cache(maxsize=32)
+def _scanner(tags: tuple[str, str]) -> TagScanner:
+    return TagScanner({"block": tags})

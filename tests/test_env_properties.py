@@ -73,19 +73,21 @@ def test_megabyte_actions_keep_memory_bounded():
 
 
 def _first_complete_pair(text: str, protocol: Protocol) -> ParsedAction:
-    """The rule as the docs state it, written the plain way: the reference for parse_action's unrolled scan."""
-    best = None
-    for kind, (open_tag, close_tag) in (("search", protocol.search_tags), ("answer", protocol.answer_tags)):
-        start = text.find(open_tag)
-        close = text.find(close_tag, start + len(open_tag)) if start >= 0 else -1
-        if close >= 0 and (best is None or close + len(close_tag) < best[0]):
-            best = (close + len(close_tag), kind, text[start + len(open_tag) : close].strip())
-    if best is None:
-        return ParsedAction("invalid", None, text, "")
-    end, kind, content = best
-    if kind == "search" and not content:
-        kind, content = "invalid", None
-    return ParsedAction(kind, content, text[:end], text[end:])
+    """The rule as the docs state it, written the plain way: the reference for parse_action's scanner. The block
+    is the first closing tag (of either kind) with an opening tag of its kind before it, and that nearest opener."""
+    pairs = {"search": protocol.search_tags, "answer": protocol.answer_tags}
+    closings = sorted(
+        (i, kind) for kind, (_, close) in pairs.items() for i in range(len(text)) if text.startswith(close, i)
+    )
+    for close, kind in closings:
+        open_tag, close_tag = pairs[kind]
+        start = text.rfind(open_tag, 0, close)
+        if start >= 0:
+            end, content = close + len(close_tag), text[start + len(open_tag) : close].strip()
+            if kind == "search" and not content:
+                return ParsedAction("invalid", None, text[:end], text[end:])
+            return ParsedAction(kind, content, text[:end], text[end:])
+    return ParsedAction("invalid", None, text, "")
 
 
 @settings(max_examples=400, deadline=None)

@@ -14,6 +14,7 @@ from toyworld import QUESTIONS, FailingRetriever, ScriptedRetriever
 
 from searchenv import Passage, SearchQAEnv, step_batch
 from searchenv.protocol import PROTOCOLS, Protocol
+from searchenv.protocol.base import SEARCH_R1_ORIGINAL_HINT
 from searchenv.reward_specs import Rollout, load_reward
 from searchenv.tokenization import EpisodeTokens, encode_prompt
 
@@ -86,7 +87,8 @@ def test_cover_em_candidates_spread_over_turns_pay_nothing() -> None:
 @pytest.mark.parametrize(
     ("action", "prediction"),
     [
-        ("<answer> wrong <answer> 999 </answer>", "wrong <answer> 999"),
+        # The block is the first closing tag with its nearest opening tag (issue 22): the earlier opener is text.
+        ("<answer> wrong <answer> 999 </answer>", "999"),
         ("<think>x</think><answer> 999 </answer></answer>", "999"),
         ("<answer>999</answer> <answer>1000</answer>", "999"),
     ],
@@ -98,6 +100,41 @@ def test_the_env_and_every_text_path_read_the_same_answer(action: str, predictio
     for rollout in (text_path(env), spans_path(env), Rollout.from_text(action, ["999"])):
         assert rollout.prediction == prediction
         assert load_reward("em")(rollout).reward == value
+
+
+JESUS_Q = {"id": "j", "question": "Who is the central figure of Christianity?", "golden_answers": ["Jesus Christ"]}
+
+
+@pytest.mark.parametrize("tag", ["<answer>", "</answer>"])
+def test_a_tag_mentioned_in_the_reasoning_does_not_swallow_the_answer(tag: str) -> None:
+    action = f"<think>I will put it in {tag} tags</think><answer> Jesus Christ </answer>"
+    env = env_for(JESUS_Q, reward="em")
+    _, value, terminated, _, info = env.step(action)
+    assert terminated and info["prediction"] == "Jesus Christ" and value == 1.0
+    for rollout in (text_path(env), spans_path(env), Rollout.from_text(action, ["Jesus Christ"])):
+        assert rollout.prediction == "Jesus Christ" and load_reward("em")(rollout).reward == 1.0
+
+
+def test_a_search_tag_mentioned_in_the_reasoning_does_not_swallow_the_query() -> None:
+    env = env_for(WORLD_Q)
+    info = env.step("<think>I should use <search> here</think><search> Brosara founded </search>")[4]
+    assert info["action"] == "search" and info["query"] == "Brosara founded"
+    assert text_path(env, trust_transcript=True).num_searches == 1
+
+
+@pytest.mark.parametrize("hint", [SEARCH_R1_ORIGINAL_HINT, PROTOCOLS["search-r1"].invalid_hint])
+def test_a_corrective_hint_in_a_transcript_is_never_a_model_search(hint: str) -> None:
+    response = "<think>I am not sure.</think> Maybe 998." + hint + "<think>It is 999.</think>\n<answer> 999 </answer>"
+    for trusted in (False, True):
+        rollout = Rollout.from_text(response, ["999"], trust_transcript=trusted)
+        assert rollout.prediction == "999" and rollout.num_searches == 0
+        assert load_reward("em")(rollout).reward == 1.0
+
+
+def test_a_model_that_copies_the_hint_is_not_searching_for_and() -> None:
+    env = env_for(WORLD_Q, max_turns=2)
+    info = env.step("Sure." + SEARCH_R1_ORIGINAL_HINT)[4]
+    assert info["action"] == "invalid" and info["num_searches"] == 0
 
 
 # 3. Two paths, one verdict ---------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 
 from searchenv.episode.turns import SearchStatus, Turn
 from searchenv.protocol import ParsedAction, Protocol, parse_action
+from searchenv.protocol.scan import ENV_TEXT
 
 __all__ = ["turns_from_segments", "turns_from_text"]
 
@@ -59,80 +60,40 @@ def turns_from_segments(segments: Iterable[tuple[str, str]], protocol: Protocol)
     return turns
 
 
-class _TagFinder:
-    """``str.find`` with memory: each tag's next occurrence is remembered, so a left-to-right reader whose
-    start positions only move forward scans the text once per tag instead of once per question."""
-
-    __slots__ = ("_cache", "_text", "end")
-
-    def __init__(self, text: str):
-        self._text = text
-        self.end = len(text)
-        self._cache: dict[str, tuple[int, int]] = {}  # tag -> (asked from, found at)
-
-    def find(self, tag: str, start: int) -> int:
-        """First occurrence of ``tag`` at or after ``start``; :attr:`end` when there is none."""
-        asked, found = self._cache.get(tag, (-1, -1))
-        if not asked <= start <= found:
-            found = self._text.find(tag, start)
-            found = self.end if found < 0 else found
-            self._cache[tag] = (start, found)
-        return found
-
-    def first_pair(self, start: int, protocol: Protocol) -> tuple[int, str]:
-        """End and kind of the first complete search/answer pair at or after ``start``, by parse_action's rule;
-        ``(end, "invalid")`` when there is none."""
-        best, kind = self.end + 1, "invalid"
-        pairs = [("search", protocol.search_tags)]
-        if protocol.answer_mode == "tag":  # other tool-call answer modes have no answer tag pair
-            pairs.append(("answer", protocol.answer_tags))
-        for name, (open_tag, close_tag) in pairs:
-            opened = self.find(open_tag, start)
-            if opened >= self.end:
-                continue
-            closed = self.find(close_tag, opened + len(open_tag))
-            if closed < self.end and closed + len(close_tag) < best:
-                best, kind = closed + len(close_tag), name
-        return best, kind
-
-
 def turns_from_text(response: str, protocol: Protocol) -> list[Turn]:
     """Rebuild the turns from a response string alone, without knowing who wrote what.
 
-    Action boundaries are recovered from what the environment inserts: an information block (or the
-    failed-search block) right after an action whose first complete tag is a search, and the corrective hint
-    after an action without one. That gives the prediction by the environment's own rule. Whether a block was
-    really inserted cannot be known from text — a model can write ``<search>q</search><information>…``
-    itself — so callers credit searches from these turns only when they trust the transcript (see
-    :meth:`searchenv.reward_specs.Rollout.from_text`). Linear in ``len(response)``.
+    Action boundaries are recovered from what the environment inserts, read with the action parser's scanner
+    (:attr:`Protocol.scanner`): an information block (or the failed-search block) right after an action whose
+    first block is a search, and a corrective hint the protocol knows (:attr:`Protocol.env_hints`: its own, and
+    Search-R1's) after an action without one — a hint is never read as the model's tags. That gives the
+    prediction by the environment's own rule. Whether a block was really inserted cannot be known from text — a
+    model can write ``<search>q</search><information>…`` itself — so callers credit searches from these turns only
+    when they trust the transcript (see :meth:`searchenv.reward_specs.Rollout.from_text`). Linear in
+    ``len(response)``: one :class:`~searchenv.protocol.scan.TextScan` reads the whole response.
     """
-    finder = _TagFinder(response)
+    scan = protocol.scanner.read(response)
     info_head = protocol.information_prefix + protocol.information_tags[0]
-    info_close = protocol.information_tags[1]
-    error_block = protocol.format_error()
-    hint = protocol.invalid_hint
+    info_close, info_suffix = protocol.information_tags[1], protocol.information_suffix
     turns: list[Turn] = []
     start = 0
-    while start < finder.end or not turns:
-        pair_end, kind = finder.first_pair(start, protocol)
-        hint_at = finder.find(hint, start)
-        if hint_at < finder.end and hint_at <= pair_end:  # no accepted tag before the hint: an invalid action
-            turns.append(Turn(parse_action(response[start:hint_at], protocol), hint))
-            start = hint_at + len(hint)
-            continue
-        if kind == "search":
-            if response.startswith(error_block, pair_end):
-                end = pair_end + len(error_block)
-            elif response.startswith(info_head, pair_end):
-                closed = finder.find(info_close, pair_end + len(info_head))
-                end = min(finder.end, closed + len(info_close))
-                suffix = protocol.information_suffix
-                if suffix and response.startswith(suffix, end):
-                    end += len(suffix)
-            else:
-                end = pair_end
-            if end > pair_end:
-                action, observation = parse_action(response[start:pair_end], protocol), response[pair_end:end]
+    while start < len(response) or not turns:
+        found = scan.first(start)
+        if found is not None:
+            if found.kind == ENV_TEXT:  # a hint before any complete block: the action before it was invalid
+                hint_start, hint_end = found.start, found.end
+            else:  # a block the environment answered with a hint (an empty query, a bad tool call)
+                hint_start, hint_end = found.end, scan.env_text_at(found.end)
+            if hint_end >= 0:
+                turns.append(Turn(parse_action(response[start:hint_start], protocol), response[hint_start:hint_end]))
+                start = hint_end
+                continue
+            if found.kind == "search" and response.startswith(info_head, found.end):
+                closed = response.find(info_close, found.end + len(info_head))
+                end = len(response) if closed < 0 else closed + len(info_close)
+                if info_suffix and response.startswith(info_suffix, end):
+                    end += len(info_suffix)
+                action, observation = parse_action(response[start : found.end], protocol), response[found.end : end]
                 turns.append(Turn(action, observation, _search_status(action, observation, protocol)))
                 start = end
                 continue

@@ -3,6 +3,8 @@
 * :mod:`~searchenv.protocol.base` — the :class:`Protocol` value and :class:`ParsedAction`;
 * :mod:`~searchenv.protocol.tags` — the papers' tag protocols;
 * :mod:`~searchenv.protocol.tool_calls` — native tool calls (Qwen/Hermes ``<tool_call>``);
+* :mod:`~searchenv.protocol.scan` — :class:`~searchenv.protocol.scan.TagScanner`, the one rule for where a block
+  of model text opens and closes (every reader of model text uses it);
 * :mod:`~searchenv.protocol.parsing` — :func:`parse_action`, the one reader of actions.
 
 :data:`PROTOCOLS` names every built-in protocol; :func:`get_protocol` resolves a name.

@@ -5,7 +5,8 @@ Search-R1, R1-Searcher and R-Search differ only in tag names, the prompt and a f
 :class:`Protocol` value, not a subclass (the papers' values are in :mod:`searchenv.protocol.tags`, the native
 tool-call ones in :mod:`searchenv.protocol.tool_calls`). :meth:`Protocol.neutralise` defuses tag-like strings in
 text the environment inserts (passages, questions) so that retrieved content can never end an episode or forge
-an answer.
+an answer. :attr:`Protocol.scanner` is the protocol's reader of model text (:mod:`searchenv.protocol.scan`): its
+search and answer tags, and the hints an environment appends, which quote tags but are never a model's action.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
+from searchenv.protocol.scan import TagScanner
 from searchenv.types import Passage
 
 __all__ = ["ActionKind", "AnswerMode", "ParsedAction", "Protocol"]
@@ -48,6 +50,13 @@ _SEARCH_R1_HINT = (
     "To give the final answer, I should put it between <answer> and </answer>. Let me try again.\n"
 )
 
+# The hint Search-R1's own rollout code appends after an invalid action, verbatim: transcripts of Search-R1-style
+# rollouts hold it, and its "<search> and </search>" must not read as the model searching for "and".
+SEARCH_R1_ORIGINAL_HINT = (
+    "\nMy previous action is invalid. If I want to search, I should put the query between <search> and </search>. "
+    "If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n"
+)
+
 
 @dataclass(frozen=True)
 class Protocol:
@@ -61,6 +70,8 @@ class Protocol:
         evidence_tags: the tag pair for model-written evidence before the answer (R-Search), else ``None``.
         prompt_template: the instruction with a ``{question}`` placeholder.
         invalid_hint: text appended when an action has neither a complete search nor a complete answer.
+        other_hints: corrective hints other environments append (Search-R1's own by default), recognised in
+            transcripts as environment text like :attr:`invalid_hint` (see :attr:`env_hints`).
         information_prefix / information_suffix: whitespace around the information block (Search-R1's
             ``"\\n\\n"`` on both sides).
         passage_template: how one passage is written inside the block; fields ``rank``, ``title``, ``text``.
@@ -85,6 +96,7 @@ class Protocol:
     evidence_tags: tuple[str, str] | None = None
     prompt_template: str = _SEARCH_R1_PROMPT
     invalid_hint: str = _SEARCH_R1_HINT
+    other_hints: tuple[str, ...] = (SEARCH_R1_ORIGINAL_HINT,)
     information_prefix: str = "\n\n"
     information_suffix: str = "\n\n"
     passage_template: str = "Doc {rank}(Title: {title}) {text}\n"
@@ -103,6 +115,8 @@ class Protocol:
                 f"protocol {self.name!r}: invalid_hint must be non-empty; without it two invalid actions in a row "
                 "would read as one in a transcript (e.g. '<answer> x' then '</answer>' would look like an answer)"
             )
+        if not all(hint.strip() for hint in self.other_hints):
+            raise ValueError(f"protocol {self.name!r}: other_hints must be non-empty texts, got {self.other_hints!r}")
         if self.passage_layout not in ("search-r1", "clean"):
             raise ValueError(f"protocol {self.name!r}: passage_layout must be 'search-r1' or 'clean'")
         if not self.search_error_text.strip():
@@ -122,6 +136,7 @@ class Protocol:
         for pair in (self.search_tags, self.answer_tags, self.information_tags):
             if len(pair) != 2 or not all(pair):
                 raise ValueError(f"protocol {self.name!r}: a tag pair must be two non-empty strings, got {pair!r}")
+        self.scanner  # noqa: B018 - built now, so that clashing tags or hints fail here rather than at a step
 
     # -- what the rollout engine needs -------------------------------------------------------------
     @property
@@ -137,6 +152,21 @@ class Protocol:
         pairs = [self.search_tags, self.answer_tags, self.information_tags, self.think_tags, self.evidence_tags]
         tags = [t for pair in pairs if pair for t in pair]
         return tuple(dict.fromkeys([*tags, *self.extra_tags]))
+
+    @cached_property
+    def env_hints(self) -> tuple[str, ...]:
+        """Every corrective hint the protocol knows: its own, then :attr:`other_hints`. Environment text, never a
+        model's action, although each one quotes the tags it teaches."""
+        return tuple(dict.fromkeys([self.invalid_hint, *self.other_hints]))
+
+    @cached_property
+    def scanner(self) -> TagScanner:
+        """The reader of model text: the ``search`` tags (a tool call's, for tool-call protocols), the ``answer``
+        tags when answers are tagged, and the :attr:`env_hints` as opaque environment text."""
+        pairs = {"search": self.search_tags}
+        if self.answer_mode == "tag":
+            pairs["answer"] = self.answer_tags
+        return TagScanner(pairs, self.env_hints)
 
     def prompt(self, question: str) -> str:
         return self.prompt_template.format(question=self.neutralise(question))

@@ -26,7 +26,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from searchenv.protocol.base import AnswerMode, ParsedAction, Protocol
+from searchenv.protocol.base import ActionKind, AnswerMode, Protocol
 
 if TYPE_CHECKING:
     from searchenv.episode.episode import Episode
@@ -36,7 +36,8 @@ __all__ = [
     "SEARCH_TOOL",
     "chat_messages",
     "declare_tools",
-    "parse_tool_action",
+    "message_answer",
+    "read_call",
     "tool_call_protocol",
     "tools_of",
 ]
@@ -146,8 +147,8 @@ def tool_call_protocol(tokenizer: Any | None = None, answer: AnswerMode = "tag",
     )
 
 
-def _call(body: str, answer_mode: str) -> tuple[str, str | None, str | None]:
-    """Validate one tool call's JSON: (kind, content, reason when invalid). Never raises."""
+def read_call(body: str, answer_mode: AnswerMode) -> tuple[ActionKind, str | None, str | None]:
+    """What one tool call's JSON asks: (kind, content, reason when invalid). Never raises."""
     try:
         call = json.loads(body)
     except (ValueError, RecursionError) as exc:
@@ -176,37 +177,10 @@ def _call(body: str, answer_mode: str) -> tuple[str, str | None, str | None]:
     return "invalid", None, f"unknown tool {name[:40]!r}"
 
 
-def parse_tool_action(text: str, protocol: Protocol) -> ParsedAction:
-    """Read one action of a tool-call protocol by the tag protocols' rule: the first complete pair wins.
-
-    Pairs are the tool call and, with ``answer_mode="tag"``, the answer block. A tool call is then validated
-    as JSON. With ``answer_mode="message"`` an action without a complete tool call is the answer (its text after
-    a closing ``</think>``, if the model thought aloud). Linear in ``len(text)``; never raises.
-    """
-    candidates = [("call", *_CALL_TAGS)]
-    if protocol.answer_mode == "tag":
-        candidates.append(("answer", *protocol.answer_tags))
-    best: tuple[int, str, int] | None = None
-    for kind, open_tag, close_tag in candidates:
-        start = text.find(open_tag)
-        if start < 0:
-            continue
-        close = text.find(close_tag, start + len(open_tag))
-        if close >= 0 and (best is None or close + len(close_tag) < best[0]):
-            best = (close + len(close_tag), kind, start + len(open_tag))
-    if best is None:
-        if protocol.answer_mode == "message" and _CALL_TAGS[0] not in text:
-            answer = text.rpartition("</think>")[2].strip()
-            if answer:
-                return ParsedAction("answer", answer, text, "")
-        return ParsedAction("invalid", None, text, "")
-    end, kind, content_start = best
-    close_tag = _CALL_TAGS[1] if kind == "call" else protocol.answer_tags[1]
-    body = text[content_start : end - len(close_tag)]
-    if kind == "answer":
-        return ParsedAction("answer", body.strip(), text[:end], text[end:])
-    action, content, reason = _call(body, protocol.answer_mode)
-    return ParsedAction(action, content, text[:end], text[end:], reason)  # type: ignore[arg-type]
+def message_answer(text: str) -> str:
+    """The answer an action without a complete tool call gives with ``answer_mode="message"``: its text after a
+    closing ``</think>`` if the model thought aloud, stripped; ``""`` when it has none or began a tool call."""
+    return "" if _CALL_TAGS[0] in text else text.rpartition("</think>")[2].strip()
 
 
 def declare_tools(prompt_text: str, tools: list[dict[str, Any]]) -> str:
@@ -236,8 +210,8 @@ def chat_messages(episode: Episode) -> list[dict[str, Any]]:
         action = turn.action
         message: dict[str, Any] = {"role": "assistant", "content": action.kept}
         if action.kind == "search":
-            start = action.kept.find(_CALL_TAGS[0])
-            message["content"] = action.kept[:start].strip()
+            call = protocol.scanner.read(action.kept).first_block()
+            message["content"] = action.kept[: call.start if call is not None else 0].strip()
             message["tool_calls"] = [
                 {"type": "function", "function": {"name": "search", "arguments": {"query": action.content}}}
             ]
