@@ -10,18 +10,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from searchenv.adapters.ppo.trainer import (
-    PPOConfig,
-    Trainer,
-    collate,
+from searchenv.adapters.ppo.batch import collate, token_logprobs
+from searchenv.adapters.ppo.losses import (
     explained_variance,
     gae_advantages,
     grpo_advantages,
     policy_loss,
     reinforce_pp_advantages,
-    token_logprobs,
     token_rewards,
 )
+from searchenv.adapters.ppo.trainer import PPOConfig, Trainer
 from searchenv.adapters.rollout.generation import RUN_KEYS, load_policy, make_envs, read_run_settings
 from searchenv.reward_specs import RewardResult
 from searchenv.tokenization import EpisodeTokens, encode_prompt
