@@ -16,7 +16,7 @@ from torch import nn
 
 from searchenv.tokenization import TokenizedEpisode
 
-__all__ = ["Batch", "ValueModel", "collate", "forward_batch", "token_logprobs"]
+__all__ = ["Batch", "ValueModel", "collate", "token_logprobs"]
 
 
 @dataclass
@@ -76,7 +76,7 @@ def collate(episodes: Sequence[TokenizedEpisode], rewards: Sequence[float], pad_
     )
 
 
-def forward_batch(model: nn.Module, batch: Batch, **kwargs: Any) -> Any:
+def _forward(model: nn.Module, batch: Batch, **kwargs: Any) -> Any:
     # Positions count real tokens only, so a left-padded prompt sees the same positions as during generation.
     positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
     return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions, **kwargs)
@@ -90,7 +90,10 @@ def _chunk_logprobs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor
     chosen = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normaliser
     if not entropy:
         return chosen, torch.zeros_like(chosen)
-    return chosen, normaliser - (logits.softmax(-1) * logits).sum(-1)
+    # -Σ p·log p, not log Z - Σ p·logit: the latter subtracts two numbers near log Z (tens) in float32 and was
+    # 1e-3 off a float64 reference on SmolLM2 (this form: 6e-5).
+    logp = logits - normaliser.unsqueeze(-1)
+    return chosen, -(logp.exp() * logp).sum(-1)
 
 
 def token_logprobs(
@@ -105,7 +108,7 @@ def token_logprobs(
     """
     width = batch.input_ids.shape[1] - batch.prompt_width
     # The decoder body alone returns only its final (normed) hidden states; the lm head is applied below in chunks.
-    hidden = forward_batch(model.get_decoder(), batch).last_hidden_state[:, batch.prompt_width - 1 : -1]
+    hidden = _forward(model.get_decoder(), batch).last_hidden_state[:, batch.prompt_width - 1 : -1]
     targets = batch.input_ids[:, batch.prompt_width :]
     rows = hidden.shape[0]
     flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(-1)
@@ -139,5 +142,5 @@ class ValueModel(nn.Module):
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Value of the state before each response token: ``(episodes, response_width)``."""
-        hidden = forward_batch(self.body, batch).last_hidden_state
+        hidden = _forward(self.body, batch).last_hidden_state
         return self.head(hidden[:, batch.prompt_width - 1 : -1].float()).squeeze(-1)
