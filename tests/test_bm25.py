@@ -115,6 +115,7 @@ def test_blank_queries_unknown_words_and_k_beyond_corpus(engine, tiny):
     assert retriever.search([], k=3) == []
 
 
+@pytest.mark.slow
 def test_engines_agree_with_lucene_on_union(union, questions, lucene, native_union):
     """Tie-tolerant top-3 agreement with Lucene on real Wikipedia passages and NQ questions."""
     ref_ids, ref_scores = _ranking(union, lucene.search(questions, k=1000))
@@ -246,6 +247,7 @@ def test_one_bad_query_does_not_sink_a_lucene_batch(lucene, union):
     assert results[0] and results[1] == []
 
 
+@pytest.mark.slow
 def test_lucene_needs_neither_java_home_nor_openai_key(monkeypatch, tmp_path):
     """In a fresh interpreter (so the JVM really starts here) with neither variable set, and none left behind."""
     monkeypatch.delenv("JAVA_HOME", raising=False)
@@ -311,6 +313,7 @@ def test_parallel_build_equals_serial_build(tmp_path):
     assert all((serial / n).read_bytes() == (parallel / n).read_bytes() for n in ("postings.bin", "terms.txt"))
 
 
+@pytest.mark.slow
 def test_merge_of_single_term_ranges_over_many_segments_equals_one_shot_build(tmp_path, union):
     """Merge ranges of one term each, read slice by slice from 37 segments whose term ids interleave, change no byte."""
     texts = [union.search_text(i) for i in range(400)]

@@ -84,6 +84,7 @@ def _grads(model, batch, old, ref, adv) -> list[torch.Tensor]:
     return [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
 
+@pytest.mark.slow  # SmolLM2 de-quantised (about 48 s)
 def test_policy_gradient_is_independent_of_environment_tokens(policy):
     model, tok = policy
     episodes = [
@@ -139,6 +140,7 @@ class WordCountReward:
         return RewardResult(1.0 / (1.0 + words), {"words": float(words)})
 
 
+@pytest.mark.slow  # SmolLM2 de-quantised (about 48 s) and real update steps
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo", "reinforce++"])
 def test_a_step_of_each_algorithm_updates_the_policy(smollm2_dir, tmp_path, algorithm):
     torch.set_num_threads(1)
@@ -216,6 +218,7 @@ def test_cli_options_reach_the_config_and_the_log_plots(tmp_path):
 
 
 # -- log-probabilities without the full-vocabulary tensor -----------------------------------------------------
+@pytest.mark.slow  # SmolLM2 de-quantised (about 48 s)
 def test_chunked_logprobs_and_entropy_equal_the_full_log_softmax(policy):
     model, tok = policy
     episodes = [

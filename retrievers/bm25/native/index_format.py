@@ -99,7 +99,9 @@ def lucene_length(lengths: np.ndarray) -> np.ndarray:
     return _norm_length(norm_byte(lengths))
 
 
-def lucene_weights(doc_freq: np.ndarray, doc_count: int, total_length: int, k1: float, b: float):
+def lucene_weights(
+    doc_freq: np.ndarray, doc_count: int, total_length: int, k1: float, b: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-term idf and the 256-entry ``1 / (k1 · (1 - b + b · dl / avgdl))`` cache, exactly as BM25Similarity.
 
     Lucene computes idf in double and rounds it to float, and the norm cache in float arithmetic; doing the
