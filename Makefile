@@ -1,6 +1,7 @@
 # Two entry points that set everything up themselves:
 #   make demo   — a small real LM (SmolLM2-135M, CPU) plays SearchQA-v0 on the embedded world
 #   make test   — the test suite
+#   make test-fast — the edit loop: the suite without tests marked slow (pytest -m "not slow")
 # Both create .venv on first use. TORCH pins a CPU-friendly torch; override e.g. TORCH='torch==2.13.0+cu128'.
 
 PYTHON ?= python3
@@ -12,7 +13,7 @@ STAMP  := $(VENV)/.searchenv-installed
 export OMP_WAIT_POLICY ?= passive
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test test-fast bench lint clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +41,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

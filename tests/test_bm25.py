@@ -20,7 +20,9 @@ import pytest
 from searchenv.corpus import Corpus
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.bm25.analyzer import EnglishAnalyzer
-from searchenv.retrievers.bm25.native.engine import SEED_FROM_BLOCKS, NativeEngine, build_native_index, lucene_length
+from searchenv.retrievers.bm25.native.build import build_native_index
+from searchenv.retrievers.bm25.native.index_format import lucene_length
+from searchenv.retrievers.bm25.native.search import SEED_FROM_BLOCKS, NativeEngine
 from searchenv.retrievers.bm25.retriever import ENGINES, BM25Retriever, tie_tolerant_agreement
 from searchenv.retrievers.index_store import MANIFEST_NAME, IndexMismatchError
 from searchenv.types import Passage
@@ -113,6 +115,7 @@ def test_blank_queries_unknown_words_and_k_beyond_corpus(engine, tiny):
     assert retriever.search([], k=3) == []
 
 
+@pytest.mark.slow
 def test_engines_agree_with_lucene_on_union(union, questions, lucene, native_union):
     """Tie-tolerant top-3 agreement with Lucene on real Wikipedia passages and NQ questions."""
     ref_ids, ref_scores = _ranking(union, lucene.search(questions, k=1000))
@@ -244,6 +247,7 @@ def test_one_bad_query_does_not_sink_a_lucene_batch(lucene, union):
     assert results[0] and results[1] == []
 
 
+@pytest.mark.slow
 def test_lucene_needs_neither_java_home_nor_openai_key(monkeypatch, tmp_path):
     """In a fresh interpreter (so the JVM really starts here) with neither variable set, and none left behind."""
     monkeypatch.delenv("JAVA_HOME", raising=False)
@@ -290,12 +294,12 @@ def test_build_with_forgetful_workers_writes_the_same_index(tmp_path, union, mon
     """Workers that start their token tables afresh between segments (a bounded memory) change no byte."""
     import functools
 
-    from searchenv.retrievers.bm25.native import engine as sparse
+    from searchenv.retrievers.bm25.native import build
     from searchenv.retrievers.bm25.native.segments import SegmentAnalyser
 
     texts = [union.search_text(i) for i in range(1500)]
     build_native_index(texts, tmp_path / "plain", 0.9, 0.4, segment_docs=200, show_progress=False)
-    monkeypatch.setattr(sparse, "SegmentAnalyser", functools.partial(SegmentAnalyser, max_tokens=2000))
+    monkeypatch.setattr(build, "SegmentAnalyser", functools.partial(SegmentAnalyser, max_tokens=2000))
     build_native_index(texts, tmp_path / "forgetful", 0.9, 0.4, segment_docs=200, show_progress=False)
     names = sorted(p.name for p in (tmp_path / "plain").iterdir())
     assert all((tmp_path / "plain" / n).read_bytes() == (tmp_path / "forgetful" / n).read_bytes() for n in names)
@@ -309,6 +313,7 @@ def test_parallel_build_equals_serial_build(tmp_path):
     assert all((serial / n).read_bytes() == (parallel / n).read_bytes() for n in ("postings.bin", "terms.txt"))
 
 
+@pytest.mark.slow
 def test_merge_of_single_term_ranges_over_many_segments_equals_one_shot_build(tmp_path, union):
     """Merge ranges of one term each, read slice by slice from 37 segments whose term ids interleave, change no byte."""
     texts = [union.search_text(i) for i in range(400)]
@@ -438,7 +443,7 @@ def test_symbols_lucene_keeps_are_found_natively():
 
 
 def test_jsonl_stream_gives_the_corpus_search_texts(tmp_path, shared_data):
-    from searchenv.retrievers.bm25.native.engine import jsonl_search_texts
+    from searchenv.retrievers.bm25.native.build import jsonl_search_texts
 
     path = shared_data / "corpus" / "union.jsonl"
     corpus = Corpus.from_jsonl(path)

@@ -186,12 +186,10 @@ def test_padding_after_a_stop_string_is_not_an_unsampled_eos(smollm2_dir):
             assert turn.token_ids[-1] != tok.eos_token_id
 
 
-def test_sampled_length_tells_a_sampled_eos_from_padding(smollm2_dir):
-    from transformers import AutoTokenizer
-
+def test_sampled_length_tells_a_sampled_eos_from_padding(smollm2_tokenizer):
     from searchenv.adapters.rollout.generation import sampled_length
 
-    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+    tok = smollm2_tokenizer
     eos = tok.eos_token_id
     action = tok("<search> Brosara </search>", add_special_tokens=False)["input_ids"]
     stops = ["</search>", "</answer>"]
@@ -202,10 +200,10 @@ def test_sampled_length_tells_a_sampled_eos_from_padding(smollm2_dir):
     assert sampled_length(words + [0, 0], {eos}, 0, stops, tok) == len(words)  # pad differs from EOS
 
 
-def test_load_policy_gives_float32_master_weights_for_a_bf16_checkpoint(smollm2_dir, tmp_path):
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+def test_load_policy_gives_float32_master_weights_for_a_bf16_checkpoint(smollm2_tokenizer, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+    tok = smollm2_tokenizer
     config = LlamaConfig(
         vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
     )

@@ -10,18 +10,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from searchenv.adapters.ppo.trainer import (
-    PPOConfig,
-    Trainer,
-    collate,
+from searchenv.adapters.ppo.batch import collate, token_logprobs
+from searchenv.adapters.ppo.losses import (
     explained_variance,
     gae_advantages,
     grpo_advantages,
     policy_loss,
     reinforce_pp_advantages,
-    token_logprobs,
     token_rewards,
 )
+from searchenv.adapters.ppo.trainer import PPOConfig, Trainer
 from searchenv.adapters.rollout.generation import RUN_KEYS, load_policy, make_envs, read_run_settings
 from searchenv.reward_specs import RewardResult
 from searchenv.tokenization import EpisodeTokens, encode_prompt
@@ -86,6 +84,7 @@ def _grads(model, batch, old, ref, adv) -> list[torch.Tensor]:
     return [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
 
+@pytest.mark.slow  # SmolLM2 de-quantised (about 48 s)
 def test_policy_gradient_is_independent_of_environment_tokens(policy):
     model, tok = policy
     episodes = [
@@ -141,6 +140,7 @@ class WordCountReward:
         return RewardResult(1.0 / (1.0 + words), {"words": float(words)})
 
 
+@pytest.mark.slow  # SmolLM2 de-quantised (about 48 s) and real update steps
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo", "reinforce++"])
 def test_a_step_of_each_algorithm_updates_the_policy(smollm2_dir, tmp_path, algorithm):
     torch.set_num_threads(1)
@@ -218,6 +218,7 @@ def test_cli_options_reach_the_config_and_the_log_plots(tmp_path):
 
 
 # -- log-probabilities without the full-vocabulary tensor -----------------------------------------------------
+@pytest.mark.slow  # SmolLM2 de-quantised (about 48 s)
 def test_chunked_logprobs_and_entropy_equal_the_full_log_softmax(policy):
     model, tok = policy
     episodes = [

@@ -4,8 +4,9 @@ Episodes are played through the real environment with generated actions — rand
 nested and split tags, forged information blocks, the hint and the failed-search text written by the model,
 unicode — against a retriever whose passages carry tags and gold answers, fail on some calls, and overflow the
 information cap. Each finished episode is then re-read from its transcript by the text path, given the
-environment's spans, and every reward spec is computed on both. ``N_EPISODES`` generated episodes (100,000 by
-default; ``SEARCHENV_DIFFERENTIAL_EPISODES`` overrides) plus a hypothesis-driven run that shrinks failures.
+environment's spans, and every reward spec is computed on both: 10,000 generated episodes in the edit loop,
+100,000 under ``-m slow`` (``SEARCHENV_DIFFERENTIAL_EPISODES`` overrides that count), plus a hypothesis-driven
+run that shrinks failures.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import random
 import time
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +24,8 @@ from searchenv import Passage, SearchQAEnv
 from searchenv.protocol import PROTOCOLS
 from searchenv.reward_specs import REWARD_SPECS, Rollout, load_reward
 
-N_EPISODES = int(os.environ.get("SEARCHENV_DIFFERENTIAL_EPISODES", "100000"))
+N_EPISODES = 10_000
+N_EPISODES_SLOW = int(os.environ.get("SEARCHENV_DIFFERENTIAL_EPISODES", "100000"))
 GOLD = "Brosara Vell"
 _SPECS = {
     name: load_reward(
@@ -171,7 +174,10 @@ def _make_env(seed: int, protocol: str, budget: str, max_turns: int, cap: int | 
     )
 
 
-def test_env_and_text_paths_agree_on_generated_episodes() -> None:
+@pytest.mark.parametrize(
+    "episodes", [N_EPISODES, pytest.param(N_EPISODES_SLOW, marks=pytest.mark.slow)], ids=["fast", "slow"]
+)
+def test_env_and_text_paths_agree_on_generated_episodes(episodes: int) -> None:
     rng = random.Random(20261123)
     envs = {
         (protocol, budget, turns, cap): _make_env(i, protocol, budget, turns, cap)
@@ -186,11 +192,11 @@ def test_env_and_text_paths_agree_on_generated_episodes() -> None:
     keys = list(envs)
     fragments = {p: _fragments(p) for p in _PROTOCOLS}
     started = time.perf_counter()
-    for _ in range(N_EPISODES):
+    for _ in range(episodes):
         key = rng.choice(keys)
         _play(envs[key], rng, fragments[key[0]])
     elapsed = time.perf_counter() - started
-    print(f"\ndifferential: {N_EPISODES} episodes agreed in {elapsed:.1f} s")
+    print(f"\ndifferential: {episodes} episodes agreed in {elapsed:.1f} s")
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

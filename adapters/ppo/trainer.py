@@ -1,15 +1,14 @@
 """A small, readable policy-gradient trainer for SearchQA: PPO, GRPO and REINFORCE++ in one loop.
 
-Read it top to bottom: configuration, log-probabilities, advantages (one function per algorithm), the
-clipped loss, then :class:`Trainer`, whose :meth:`Trainer.step` is *rollout → score → advantages → update*.
+Read it top to bottom: configuration (:class:`PPOConfig`), then :class:`Trainer`, whose :meth:`Trainer.step` is
+*rollout → score → advantages → update*.
 The defaults follow SPEC §5 (clip 0.2, KL β 0.001, GAE λ = γ = 1, critic lr 1e-5, GRPO group size 5, policy
 lr 1e-6 for PPO and 5e-7 for GRPO) and Search-R1's veRL configuration (value clip 0.5, entropy coefficient
 0.001; veRL 0.9's own default entropy coefficient is 0) at CPU-sized batch and length settings;
 :meth:`PPOConfig.paper` has the paper's sizes.
 
 Weights stay float32 (the optimizer's master copy); ``bf16=True`` runs the forward passes under bfloat16
-autocast. Log-probabilities and entropies are computed from the final hidden states a chunk of tokens at a time
-(:func:`token_logprobs`), so the ``(tokens × vocabulary)`` log-softmax never exists in full.
+autocast. Episodes become tensors in :mod:`.batch`; the algorithms' maths lives in :mod:`.losses`.
 
 Every step logs, besides reward and episode statistics, CleanRL's diagnostics: ``approx_kl`` (the k3 estimate of
 KL(old‖new) over the update), ``clipfrac``, ``entropy`` and, for PPO, the critic's ``explained_variance``;
@@ -38,6 +37,18 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from searchenv.adapters.ppo.batch import Batch, ValueModel, collate, token_logprobs
+from searchenv.adapters.ppo.losses import (
+    explained_variance,
+    gae_advantages,
+    grpo_advantages,
+    masked_mean,
+    masked_whiten,
+    policy_loss,
+    reinforce_pp_advantages,
+    token_rewards,
+    value_loss,
+)
 from searchenv.adapters.rollout.generation import (
     EpisodeResult,
     HFGenerator,
@@ -45,21 +56,8 @@ from searchenv.adapters.rollout.generation import (
     rollout,
     write_run_settings,
 )
-from searchenv.tokenization import TokenizedEpisode
 
-__all__ = [
-    "Batch",
-    "PPOConfig",
-    "Trainer",
-    "ValueModel",
-    "collate",
-    "gae_advantages",
-    "grpo_advantages",
-    "policy_loss",
-    "explained_variance",
-    "reinforce_pp_advantages",
-    "token_logprobs",
-]
+__all__ = ["Algorithm", "PPOConfig", "Trainer"]
 
 Algorithm = Literal["ppo", "grpo", "reinforce++"]
 
@@ -144,263 +142,6 @@ class PPOConfig:
         )
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Tensors of a batch of episodes
-# ---------------------------------------------------------------------------------------------------------------
-@dataclass
-class Batch:
-    """Episodes as padded tensors: prompts left-padded, responses right-padded, so responses share columns.
-
-    ``input_ids = [prompt | response]``; ``response_mask`` is 1 on real response tokens (model *and* env) and
-    ``loss_mask`` is 1 on model tokens only. All response tensors are ``(episodes, response_width)``.
-    """
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    prompt_width: int
-    response_mask: torch.Tensor
-    loss_mask: torch.Tensor
-    rewards: torch.Tensor  # (episodes,)
-
-    def to(self, device: torch.device | str) -> Batch:
-        return Batch(
-            self.input_ids.to(device),
-            self.attention_mask.to(device),
-            self.prompt_width,
-            self.response_mask.to(device),
-            self.loss_mask.to(device),
-            self.rewards.to(device),
-        )
-
-    def select(self, rows: Sequence[int] | slice) -> Batch:
-        return Batch(
-            self.input_ids[rows],
-            self.attention_mask[rows],
-            self.prompt_width,
-            self.response_mask[rows],
-            self.loss_mask[rows],
-            self.rewards[rows],
-        )
-
-
-def collate(episodes: Sequence[TokenizedEpisode], rewards: Sequence[float], pad_id: int) -> Batch:
-    """Pad episodes into a :class:`Batch` (lengths come from the lists, never from comparing ids with ``pad_id``)."""
-    p = max(len(e.prompt_ids) for e in episodes)
-    r = max(max(len(e.response_ids) for e in episodes), 1)
-    ids, attn, resp, loss = [], [], [], []
-    for e in episodes:
-        left, right = p - len(e.prompt_ids), r - len(e.response_ids)
-        ids.append([pad_id] * left + e.prompt_ids + e.response_ids + [pad_id] * right)
-        attn.append([0] * left + [1] * (len(e.prompt_ids) + len(e.response_ids)) + [0] * right)
-        resp.append([1] * len(e.response_ids) + [0] * right)
-        loss.append(list(e.loss_mask) + [0] * right)
-    return Batch(
-        torch.tensor(ids),
-        torch.tensor(attn),
-        p,
-        torch.tensor(resp, dtype=torch.float32),
-        torch.tensor(loss, dtype=torch.float32),
-        torch.tensor(list(rewards), dtype=torch.float32),
-    )
-
-
-def _forward(model: nn.Module, batch: Batch, **kwargs: Any) -> Any:
-    # Positions count real tokens only, so a left-padded prompt sees the same positions as during generation.
-    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions, **kwargs)
-
-
-def _chunk_logprobs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool):
-    logits = head(hidden).float()
-    if temperature not in (0, 1):
-        logits = logits / temperature
-    normaliser = logits.logsumexp(-1)
-    chosen = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normaliser
-    if not entropy:
-        return chosen, torch.zeros_like(chosen)
-    return chosen, normaliser - (logits.softmax(-1) * logits).sum(-1)
-
-
-def token_logprobs(
-    model: nn.Module, batch: Batch, temperature: float = 1.0, chunk: int = 1024, with_entropy: bool = False
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Log-probability of every response token under ``model``: ``(episodes, response_width)``.
-
-    Logits are divided by the sampling temperature so ratios compare the distribution actually sampled from.
-    The lm head runs on ``chunk`` response positions at a time and each chunk keeps only the chosen token's logit
-    and the log-sum-exp (plus the entropy when ``with_entropy``); under autograd each chunk is recomputed in the
-    backward pass (activation checkpointing), so neither pass holds more than ``chunk × vocabulary`` logits.
-    """
-    width = batch.input_ids.shape[1] - batch.prompt_width
-    # The decoder body alone returns only its final (normed) hidden states; the lm head is applied below in chunks.
-    hidden = _forward(model.get_decoder(), batch).last_hidden_state[:, batch.prompt_width - 1 : -1]
-    targets = batch.input_ids[:, batch.prompt_width :]
-    rows = hidden.shape[0]
-    flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(-1)
-    head = model.get_output_embeddings()
-    chosen, entropy = [], []
-    for start in range(0, flat_targets.shape[0], chunk):
-        part = (flat_hidden[start : start + chunk], flat_targets[start : start + chunk])
-        if torch.is_grad_enabled():
-            lp, ent = torch.utils.checkpoint.checkpoint(
-                _chunk_logprobs, head, *part, temperature, with_entropy, use_reentrant=False
-            )
-        else:
-            lp, ent = _chunk_logprobs(head, *part, temperature, with_entropy)
-        chosen.append(lp)
-        entropy.append(ent)
-    logprobs = torch.cat(chosen).view(rows, width)
-    if with_entropy:
-        return logprobs, torch.cat(entropy).view(rows, width)
-    return logprobs
-
-
-class ValueModel(nn.Module):
-    """The PPO critic: a copy of the policy's transformer body with a scalar head, trained at its own lr."""
-
-    def __init__(self, policy: nn.Module):
-        super().__init__()
-        self.body = copy.deepcopy(policy.get_decoder() if hasattr(policy, "get_decoder") else policy.model)
-        self.head = nn.Linear(policy.config.hidden_size, 1)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
-
-    def forward(self, batch: Batch) -> torch.Tensor:
-        """Value of the state before each response token: ``(episodes, response_width)``."""
-        hidden = _forward(self.body, batch).last_hidden_state
-        return self.head(hidden[:, batch.prompt_width - 1 : -1].float()).squeeze(-1)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Advantages
-# ---------------------------------------------------------------------------------------------------------------
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1)
-
-
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    mean = masked_mean(x, mask)
-    var = masked_mean((x - mean) ** 2, mask)
-    return (x - mean) * torch.rsqrt(var + eps) * mask
-
-
-def token_rewards(rewards: torch.Tensor, loss_mask: torch.Tensor, kl: torch.Tensor | None, kl_coef: float):
-    """Per-token rewards: ``-β·KL`` at every model token, plus the episode reward at the last model token."""
-    last = (loss_mask * torch.arange(loss_mask.shape[1], device=loss_mask.device)).argmax(-1)
-    per_token = torch.zeros_like(loss_mask)
-    if kl is not None and kl_coef:
-        per_token = -kl_coef * kl * loss_mask
-    has_model_token = loss_mask.sum(-1) > 0
-    rows = torch.arange(len(rewards), device=rewards.device)[has_model_token]
-    per_token[rows, last[has_model_token]] += rewards[has_model_token]
-    return per_token
-
-
-def gae_advantages(
-    per_token_rewards: torch.Tensor, values: torch.Tensor, loss_mask: torch.Tensor, gamma: float, lam: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE over model tokens only: environment tokens are skipped, as if the env's text were part of the state.
-
-    Returns ``(advantages, returns)``, both zero outside the mask.
-    """
-    advantages = torch.zeros_like(values)
-    for row in range(values.shape[0]):
-        positions = loss_mask[row].nonzero().flatten().tolist()
-        running, next_value = 0.0, 0.0
-        for t in reversed(positions):
-            delta = per_token_rewards[row, t] + gamma * next_value - values[row, t]
-            running = delta + gamma * lam * running
-            advantages[row, t] = running
-            next_value = values[row, t]
-    returns = (advantages + values) * loss_mask
-    return advantages, returns
-
-
-def grpo_advantages(rewards: torch.Tensor, group_size: int, loss_mask: torch.Tensor, eps: float = 1e-6):
-    """Reward minus its group's mean, over the group's standard deviation, on every model token.
-
-    Episodes are laid out group by group (``group_size`` consecutive episodes share a prompt).
-    """
-    grouped = rewards.view(-1, group_size)
-    scores = (grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + eps)
-    return scores.view(-1, 1) * loss_mask
-
-
-def reinforce_pp_advantages(per_token_rewards: torch.Tensor, loss_mask: torch.Tensor, gamma: float):
-    """REINFORCE++: discounted return-to-go of the KL-penalised token rewards, whitened over the whole batch."""
-    returns = torch.zeros_like(per_token_rewards)
-    running = torch.zeros(per_token_rewards.shape[0], device=per_token_rewards.device)
-    for t in reversed(range(per_token_rewards.shape[1])):
-        running = per_token_rewards[:, t] + gamma * running * (loss_mask[:, t] > 0) + running * (loss_mask[:, t] == 0)
-        returns[:, t] = running
-    return masked_whiten(returns, loss_mask)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Losses
-# ---------------------------------------------------------------------------------------------------------------
-def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """Per-token KL(π‖π_ref) estimate ``exp(r) - r - 1`` with ``r = ref - logπ`` (non-negative, low variance)."""
-    log_ratio = (ref_logprobs - logprobs).clamp(-20, 20)
-    return log_ratio.exp() - log_ratio - 1
-
-
-def policy_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    loss_mask: torch.Tensor,
-    clip_eps: float,
-    ref_logprobs: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
-    entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's clipped surrogate, plus an optional KL loss to the reference and minus an optional entropy bonus,
-    averaged over model tokens.
-
-    Environment tokens (``loss_mask == 0``) contribute nothing: their ratios, advantages, KL and entropy are
-    multiplied by zero before the sum, so neither their values nor their log-probabilities reach the gradient.
-    Stats: ``pg_loss`` (the surrogate alone), ``clipfrac``, ``approx_kl`` (k3 estimate of KL(old‖new), as CleanRL
-    logs it), ``kl_loss`` and ``entropy`` when those terms are given.
-    """
-    log_ratio = (logprobs - old_logprobs).clamp(-20, 20)
-    ratio = torch.exp(log_ratio)
-    unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1 - clip_eps, 1 + clip_eps)
-    per_token = torch.where(loss_mask > 0, torch.maximum(unclipped, clipped), torch.zeros_like(unclipped))
-    stats = {
-        "clipfrac": masked_mean((clipped > unclipped).float(), loss_mask).item(),
-        "approx_kl": masked_mean((ratio - 1) - log_ratio, loss_mask).item(),
-        "pg_loss": masked_mean(per_token, loss_mask).item(),
-    }
-    if ref_logprobs is not None and kl_coef:
-        kl = kl_k3(logprobs, ref_logprobs)
-        per_token = per_token + kl_coef * torch.where(loss_mask > 0, kl, torch.zeros_like(kl))
-        stats["kl_loss"] = masked_mean(kl, loss_mask).item()
-    if entropy is not None:
-        stats["entropy"] = masked_mean(entropy, loss_mask).item()
-        if entropy_coef:
-            per_token = per_token - entropy_coef * torch.where(loss_mask > 0, entropy, torch.zeros_like(entropy))
-    return masked_mean(per_token, loss_mask), stats
-
-
-def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
-    """``1 - Var(returns - values) / Var(returns)`` over model tokens: 1 is a perfect critic, <= 0 a useless one."""
-    var_returns = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
-    residual = returns - values
-    var_residual = masked_mean((residual - masked_mean(residual, mask)) ** 2, mask)
-    return float("nan") if var_returns.item() == 0 else (1 - var_residual / var_returns).item()
-
-
-def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip: float):
-    clipped = old_values + (values - old_values).clamp(-clip, clip)
-    return 0.5 * masked_mean(torch.maximum((values - returns) ** 2, (clipped - returns) ** 2), mask)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The loop
-# ---------------------------------------------------------------------------------------------------------------
 class Trainer:
     """Train ``model`` on SearchQA environments with PPO, GRPO or REINFORCE++.
 

@@ -182,7 +182,7 @@ class EnglishAnalyzer:
             import Stemmer
         except ImportError:
             raise ImportError(
-                "BM25 analysis needs a Porter stemmer: pip install PyStemmer (part of 'searchenv[bm25]')"
+                "BM25 analysis needs a Porter stemmer, a dependency of searchenv missing here: pip install PyStemmer"
             ) from None
         # No cache inside the stemmer (its own costs 3 µs a word): ``term_of``'s memo, or the build's token table,
         # already stems each distinct token once.

@@ -76,7 +76,8 @@ def _native_spec() -> _EngineSpec:
     def build(job: _Build, directory: Path | None) -> _Engine | None:
         import tempfile
 
-        from searchenv.retrievers.bm25.native.engine import DEFAULT_SEGMENT_DOCS, NativeEngine, build_native_index
+        from searchenv.retrievers.bm25.native.build import DEFAULT_SEGMENT_DOCS, build_native_index
+        from searchenv.retrievers.bm25.native.search import NativeEngine
 
         scratch = None
         if directory is None:
@@ -94,7 +95,7 @@ def _native_spec() -> _EngineSpec:
         return NativeEngine(target, job.threads, scratch=scratch) if scratch else None
 
     def load(job: _Build, directory: Path) -> _Engine:
-        from searchenv.retrievers.bm25.native.engine import NativeEngine
+        from searchenv.retrievers.bm25.native.search import NativeEngine
 
         engine = NativeEngine(directory, job.threads)
         if engine.num_docs != len(job.corpus):
@@ -102,7 +103,7 @@ def _native_spec() -> _EngineSpec:
         return engine
 
     def version() -> str:
-        from searchenv.retrievers.bm25.native.engine import FORMAT_VERSION
+        from searchenv.retrievers.bm25.native.index_format import FORMAT_VERSION
 
         return FORMAT_VERSION
 

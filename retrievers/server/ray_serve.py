@@ -60,7 +60,9 @@ class IndexShard:
     def __init__(self, config: ServerConfig, lo: int, hi: int):
         import tempfile
 
-        from searchenv.retrievers.bm25.native.engine import CollectionStats, NativeEngine, build_native_index
+        from searchenv.retrievers.bm25.native.build import build_native_index
+        from searchenv.retrievers.bm25.native.index_format import CollectionStats
+        from searchenv.retrievers.bm25.native.search import NativeEngine
         from searchenv.retrievers.bm25.retriever import BM25Retriever
 
         full = build_retriever(config)

@@ -1,0 +1,146 @@
+"""Episodes as padded tensors, and what a model says about them: per-token log-probabilities and values.
+
+Log-probabilities and entropies are computed from the final hidden states a chunk of tokens at a time
+(:func:`token_logprobs`), so the ``(tokens × vocabulary)`` log-softmax never exists in full.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from searchenv.tokenization import TokenizedEpisode
+
+__all__ = ["Batch", "ValueModel", "collate", "token_logprobs"]
+
+
+@dataclass
+class Batch:
+    """Episodes as padded tensors: prompts left-padded, responses right-padded, so responses share columns.
+
+    ``input_ids = [prompt | response]``; ``response_mask`` is 1 on real response tokens (model *and* env) and
+    ``loss_mask`` is 1 on model tokens only. All response tensors are ``(episodes, response_width)``.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    prompt_width: int
+    response_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    rewards: torch.Tensor  # (episodes,)
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.prompt_width,
+            self.response_mask.to(device),
+            self.loss_mask.to(device),
+            self.rewards.to(device),
+        )
+
+    def select(self, rows: Sequence[int] | slice) -> Batch:
+        return Batch(
+            self.input_ids[rows],
+            self.attention_mask[rows],
+            self.prompt_width,
+            self.response_mask[rows],
+            self.loss_mask[rows],
+            self.rewards[rows],
+        )
+
+
+def collate(episodes: Sequence[TokenizedEpisode], rewards: Sequence[float], pad_id: int) -> Batch:
+    """Pad episodes into a :class:`Batch` (lengths come from the lists, never from comparing ids with ``pad_id``)."""
+    p = max(len(e.prompt_ids) for e in episodes)
+    r = max(max(len(e.response_ids) for e in episodes), 1)
+    ids, attn, resp, loss = [], [], [], []
+    for e in episodes:
+        left, right = p - len(e.prompt_ids), r - len(e.response_ids)
+        ids.append([pad_id] * left + e.prompt_ids + e.response_ids + [pad_id] * right)
+        attn.append([0] * left + [1] * (len(e.prompt_ids) + len(e.response_ids)) + [0] * right)
+        resp.append([1] * len(e.response_ids) + [0] * right)
+        loss.append(list(e.loss_mask) + [0] * right)
+    return Batch(
+        torch.tensor(ids),
+        torch.tensor(attn),
+        p,
+        torch.tensor(resp, dtype=torch.float32),
+        torch.tensor(loss, dtype=torch.float32),
+        torch.tensor(list(rewards), dtype=torch.float32),
+    )
+
+
+def _forward(model: nn.Module, batch: Batch, **kwargs: Any) -> Any:
+    # Positions count real tokens only, so a left-padded prompt sees the same positions as during generation.
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions, **kwargs)
+
+
+def _chunk_logprobs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool):
+    logits = head(hidden).float()
+    if temperature not in (0, 1):
+        logits = logits / temperature
+    normaliser = logits.logsumexp(-1)
+    chosen = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normaliser
+    if not entropy:
+        return chosen, torch.zeros_like(chosen)
+    # -Σ p·log p, not log Z - Σ p·logit: the latter subtracts two numbers near log Z (tens) in float32 and was
+    # 1e-3 off a float64 reference on SmolLM2 (this form: 6e-5).
+    logp = logits - normaliser.unsqueeze(-1)
+    return chosen, -(logp.exp() * logp).sum(-1)
+
+
+def token_logprobs(
+    model: nn.Module, batch: Batch, temperature: float = 1.0, chunk: int = 1024, with_entropy: bool = False
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of every response token under ``model``: ``(episodes, response_width)``.
+
+    Logits are divided by the sampling temperature so ratios compare the distribution actually sampled from.
+    The lm head runs on ``chunk`` response positions at a time and each chunk keeps only the chosen token's logit
+    and the log-sum-exp (plus the entropy when ``with_entropy``); under autograd each chunk is recomputed in the
+    backward pass (activation checkpointing), so neither pass holds more than ``chunk × vocabulary`` logits.
+    """
+    width = batch.input_ids.shape[1] - batch.prompt_width
+    # The decoder body alone returns only its final (normed) hidden states; the lm head is applied below in chunks.
+    hidden = _forward(model.get_decoder(), batch).last_hidden_state[:, batch.prompt_width - 1 : -1]
+    targets = batch.input_ids[:, batch.prompt_width :]
+    rows = hidden.shape[0]
+    flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(-1)
+    head = model.get_output_embeddings()
+    chosen, entropy = [], []
+    for start in range(0, flat_targets.shape[0], chunk):
+        part = (flat_hidden[start : start + chunk], flat_targets[start : start + chunk])
+        if torch.is_grad_enabled():
+            lp, ent = torch.utils.checkpoint.checkpoint(
+                _chunk_logprobs, head, *part, temperature, with_entropy, use_reentrant=False
+            )
+        else:
+            lp, ent = _chunk_logprobs(head, *part, temperature, with_entropy)
+        chosen.append(lp)
+        entropy.append(ent)
+    logprobs = torch.cat(chosen).view(rows, width)
+    if with_entropy:
+        return logprobs, torch.cat(entropy).view(rows, width)
+    return logprobs
+
+
+class ValueModel(nn.Module):
+    """The PPO critic: a copy of the policy's transformer body with a scalar head, trained at its own lr."""
+
+    def __init__(self, policy: nn.Module):
+        super().__init__()
+        self.body = copy.deepcopy(policy.get_decoder() if hasattr(policy, "get_decoder") else policy.model)
+        self.head = nn.Linear(policy.config.hidden_size, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """Value of the state before each response token: ``(episodes, response_width)``."""
+        hidden = _forward(self.body, batch).last_hidden_state
+        return self.head(hidden[:, batch.prompt_width - 1 : -1].float()).squeeze(-1)
