@@ -3,7 +3,7 @@ and the reward contract that reads them (:mod:`.rollout`: :class:`Rollout` in, :
 
 Every reward, metric, ``info`` field and log line is derived from the turns, through one :class:`Facts`."""
 
-from searchenv.episode.episode import METRIC_NAMES, Episode, Segment, aggregate_metrics
+from searchenv.episode.episode import METRIC_NAMES, Episode, Segment, aggregate_metrics, metrics_of
 from searchenv.episode.rollout import RewardResult, RewardSpec, Rollout
 from searchenv.episode.turns import Facts, Turn
 
@@ -17,4 +17,5 @@ __all__ = [
     "Segment",
     "Turn",
     "aggregate_metrics",
+    "metrics_of",
 ]

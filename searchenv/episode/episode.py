@@ -17,7 +17,7 @@ from searchenv.episode.turns import Facts, Turn, facts, segments_of
 from searchenv.protocol import Protocol
 from searchenv.types import Passage, QAExample
 
-__all__ = ["END_REASONS", "METRIC_NAMES", "EndReason", "Episode", "Segment", "aggregate_metrics"]
+__all__ = ["END_REASONS", "METRIC_NAMES", "EndReason", "Episode", "Segment", "aggregate_metrics", "metrics_of"]
 
 Author = Literal["model", "env"]
 #: Why an episode ended, as verifiers names its stop conditions: an accepted ``answer``; the ``action_budget`` ran
@@ -119,27 +119,37 @@ class Episode:
         return self.facts.response_words
 
     def metrics(self, record: Facts | None = None) -> dict[str, float]:
-        """The episode's numbers under THE metric names every adapter and report logs (see :data:`METRIC_NAMES`).
-
-        ``reward``, the counts (``num_actions``, ``num_searches``, ``num_failed_searches``, ``num_invalid``),
-        ``response_words``, one ``reward/<part>`` per reward part, and ``end_reason/<reason>`` for every
-        :data:`EndReason`: 1.0 for the reason this episode ended, 0.0 for the others (all 0.0 while it runs), so
-        that the mean over a batch (:func:`aggregate_metrics`) is the share of episodes that ended that way.
-        Every value is a float, so the dict goes as it is into a logger, JSON or a table.
+        """The episode's numbers under THE metric names every adapter and report logs (see :func:`metrics_of`).
 
         ``record`` is the episode's facts when the caller has them already (the environment's terminal step).
         """
         record = record if record is not None else self.facts
-        return {
-            "reward": float(self.reward),
-            "num_actions": float(record.num_actions),
-            "num_searches": float(record.num_searches),
-            "num_failed_searches": float(record.num_failed_searches),
-            "num_invalid": float(record.num_invalid),
-            "response_words": float(record.response_words),
-            **{f"end_reason/{reason}": float(reason == self.end_reason) for reason in END_REASONS},
-            **{f"reward/{k}": float(v) for k, v in self.reward_parts.items()},
-        }
+        return metrics_of(record, self.reward, self.reward_parts, self.end_reason)
+
+
+def metrics_of(
+    record: Facts, reward: float, reward_parts: Mapping[str, float], end_reason: EndReason | None
+) -> dict[str, float]:
+    """One episode's metrics: the vocabulary every adapter, trainer log and report uses (:data:`METRIC_NAMES`).
+
+    ``reward``, the counts (``num_actions``, ``num_searches``, ``num_failed_searches``, ``num_invalid``),
+    ``response_words``, then ``end_reason/<reason>`` for every :data:`EndReason` — 1.0 for the reason the
+    episode ended, 0.0 for the others (all 0.0 while it runs), so that a batch mean (:func:`aggregate_metrics`)
+    is the share of episodes that ended that way — then one ``reward/<part>`` per reward part. Every value is
+    a float, so the dict goes as it is into a logger, JSON or a table. :meth:`Episode.metrics` is the usual
+    caller; a text-only scorer that has a :class:`~searchenv.episode.rollout.Rollout` and no episode calls it
+    with the rollout's facts.
+    """
+    return {
+        "reward": float(reward),
+        "num_actions": float(record.num_actions),
+        "num_searches": float(record.num_searches),
+        "num_failed_searches": float(record.num_failed_searches),
+        "num_invalid": float(record.num_invalid),
+        "response_words": float(record.response_words),
+        **{f"end_reason/{reason}": float(reason == end_reason) for reason in END_REASONS},
+        **{f"reward/{k}": float(v) for k, v in reward_parts.items()},
+    }
 
 
 #: The metric names every episode reports, whatever its reward spec (``reward/<part>`` keys come on top).

@@ -12,7 +12,7 @@ actually shown (after clipping), the invalid actions. There is no second extract
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from searchenv.protocol import ParsedAction, Protocol
@@ -78,9 +78,11 @@ class Facts:
         response_words: length of :attr:`model_text` in whitespace-separated words (a tokenizer-free length).
     """
 
-    turns: tuple[Turn, ...]
+    # The turns are what the facts were read from, not facts: the text path cannot know the passages an
+    # environment returned, so two readings of one transcript compare equal on the facts alone.
+    turns: tuple[Turn, ...] = field(compare=False)
     prediction: str | None
-    searches: tuple[Turn, ...]
+    searches: tuple[Turn, ...] = field(compare=False)
     num_actions: int
     num_searches: int
     num_failed_searches: int
