@@ -211,7 +211,8 @@ def test_cli_options_reach_the_config_and_the_log_plots(tmp_path):
     log = tmp_path / "log.jsonl"
     log.write_text(
         "".join(
-            json.dumps({"step": s, "reward": s / 4, "num_searches": 1, "rollout/model_tokens": 9}) + "\n" for s in range(1, 5)
+            json.dumps({"step": s, "reward": s / 4, "num_searches": 1, "rollout/model_tokens": 9}) + "\n"
+            for s in range(1, 5)
         )
     )
     train_ppo.plot_log(log, tmp_path / "curves.png")
