@@ -4,8 +4,8 @@
    p50/p99 per action kind. The peer, skyrl-gym's ``search`` env, answers in the same run **on the same inputs**:
    the 1,000 NQ test questions with each one's gold answers, answered with its first gold; and a one-letter
    case (question ``q``, gold ``x``, answer ``x``), the cheapest possible answer for both. Reward parts and
-   episode metrics are computed when first read, so the answer step is timed both with the ``info`` left unread
-   (a trainer that uses the reward only) and with every part and metric read. A whole one-answer episode is
+   episode metrics are plain dicts filled on the terminal step; the answer step is timed both with the ``info``
+   left unread and with every part and metric copied, as a logger would. A whole one-answer episode is
    timed too, skyrl-gym's as SkyRL's generator runs one (``skyrl_gym.make`` per trajectory), and the two answer
    steps once more in alternating blocks (``--rounds``) per input, so load spikes land on both.
 2. ``make_vec`` with N envs and the bm25 retriever on ../shared/data/corpus/union.jsonl (NQ questions as

@@ -55,7 +55,7 @@ def _child(kind: str, steps: int, prompts: int, group: int, max_new_tokens: int,
             started = time.perf_counter()
             metrics = trainer.step()
             times.append(time.perf_counter() - started)
-            tokens.append(metrics["model_tokens"] * per_step)
+            tokens.append(metrics["rollout/model_tokens"] * per_step)
     else:
         import trl
         from transformers import TrainerCallback

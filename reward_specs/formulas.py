@@ -27,22 +27,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, ClassVar
 
 from searchenv.episode.rollout import RewardResult, Rollout
 from searchenv.imports import load_attr
-from searchenv.lazy import LazyDict, LazyKeys, computed_once
 from searchenv.reward_specs.blocks import block_content
 from searchenv.reward_specs.format_check import check_format, check_turns, single_block
 from searchenv.reward_specs.metrics import (
-    NORMALISED_METRICS,
     answer_in_passages,
+    answer_scores,
     cover_exact_match,
     exact_match,
     f1_score,
-    normalised_golds,
-    normalised_scores,
-    normalize_answer,
 )
 
 __all__ = ["FORMULAS", "METRICS", "Answerer", "RewardSpecError"]
@@ -63,61 +60,40 @@ _BINARY_METRICS = ("em", "cem")
 
 # -- measurements every formula starts from --------------------------------------------------------------------
 PART_NAMES: tuple[str, ...] = ("answer_score", "em", "f1", "cem", "format_ok", "retrieval_hit", "num_searches")
-_PART_KEYS = LazyKeys.of(PART_NAMES)
 
 
 class _Measured:
-    """The answer scores, format verdict and retrieval hit of one rollout for one spec's metric: each computed
-    the first time the formula or a reader of the parts needs it, then kept.
+    """The answer scores, format verdict and retrieval hit of one rollout for one spec's metric.
 
-    A spec's reward reads only what its formula uses (``em`` reads its one score, never the format grammar or
-    the passages); the rest of the parts are a :class:`~searchenv.lazy.LazyDict`, computed when read.
+    A formula reads some of them and :meth:`parts` reports all of them; the two costly ones (the format grammar
+    and the passage scan) are computed once and shared by both.
     """
 
     def __init__(self, rollout: Rollout, metric: str):
         self._facts, self._golds, self._protocol = rollout.facts, rollout.golden_answers, rollout.protocol
-        self._metric = metric
-        # Normalised at once, not on first read: nearly every formula scores the answer, and a lazy attribute's
-        # first read costs as much as normalising a short answer.
-        self._prediction = normalize_answer(self._facts.prediction)
-        self._golds_normalised = normalised_golds(self._golds)
+        self.scores = answer_scores(self._facts.prediction, self._golds)  # em, f1, cem
+        self.score = self.scores[metric]  # the spec's answer metric
+        self.num_searches = self._facts.num_searches
 
-    def score(self) -> float:
-        """The spec's answer metric (``em``, ``f1``, ``cem``) alone: an ``em`` reward never counts F1 tokens."""
-        return NORMALISED_METRICS[self._metric](self._prediction, self._golds_normalised)
-
-    @computed_once
-    def scores(self) -> dict[str, float]:  # em, f1, cem
-        return normalised_scores(self._prediction, self._golds_normalised)
-
-    @computed_once
+    @cached_property
     def format_ok(self) -> bool:
         if self._protocol.answer_mode == "tag":
             return check_format(self._facts.response, self._protocol).ok
         return check_turns(self._facts.turns).ok
 
-    @computed_once
+    @cached_property
     def retrieval_hit(self) -> bool:
         return answer_in_passages(self._golds, self._facts.shown_texts)
 
-    @property
-    def num_searches(self) -> int:
-        return self._facts.num_searches
-
-    def parts(self, **known: float) -> LazyDict:
-        """The dashboard parts (:data:`PART_NAMES` plus the ``known`` ones a formula computed already), computed
-        at the first read."""
-        if not known:  # every formula but R-Search's: a bound method costs less to make than a closure
-            return LazyDict.of(_PART_KEYS, self._part_values)
-        return LazyDict.of(LazyKeys.of((*PART_NAMES, *known)), lambda: {**self._part_values(), **known})
-
-    def _part_values(self) -> dict[str, float]:
+    def parts(self, **known: float) -> dict[str, float]:
+        """The dashboard parts: :data:`PART_NAMES`, then the ``known`` ones a formula computed already."""
         return {
-            "answer_score": self.scores[self._metric],
+            "answer_score": self.score,
             **self.scores,
             "format_ok": float(self.format_ok),
             "retrieval_hit": float(self.retrieval_hit),
             "num_searches": float(self.num_searches),
+            **known,
         }
 
 
@@ -171,7 +147,7 @@ class OutcomeReward(_Formula):
 
     def __call__(self, rollout: Rollout) -> RewardResult:
         measured = _Measured(rollout, self.metric)
-        return RewardResult(measured.score(), measured.parts())
+        return RewardResult(measured.score, measured.parts())
 
 
 @dataclass(frozen=True)
@@ -196,7 +172,7 @@ class FormatReward(_Formula):
 
     def __call__(self, rollout: Rollout) -> RewardResult:
         measured = _Measured(rollout, self.metric)
-        correct = measured.score() == 1.0
+        correct = measured.score == 1.0
         if correct:
             reward = 1.0 if measured.format_ok else 1.0 - self.lambda_f
         elif measured.format_ok:
@@ -269,7 +245,7 @@ class R1SearcherStage2(_Formula):
 
     def __call__(self, rollout: Rollout) -> RewardResult:
         measured = _Measured(rollout, self.metric)
-        reward = measured.score() - (0.0 if measured.format_ok else self.format_penalty)
+        reward = measured.score - (0.0 if measured.format_ok else self.format_penalty)
         return RewardResult(reward, measured.parts())
 
 
@@ -345,7 +321,7 @@ class RSearchReward(_Formula):
         evidence_score = f1_score(evidence_answer, rollout.golden_answers)
         evidence_ok = rollout.num_searches == 0 or single_block(rollout.model_text, tags, rollout.protocol).ok
         answer_ok = single_block(rollout.model_text, rollout.protocol.answer_tags, rollout.protocol).ok
-        answer_score = measured.score()
+        answer_score = measured.score
         reward = answer_score + evidence_score + self.gamma_e * evidence_ok + self.gamma_a * answer_ok
         parts = measured.parts(
             evidence_score=evidence_score,

@@ -15,18 +15,16 @@ from __future__ import annotations
 import string
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 __all__ = [
-    "NORMALISED_METRICS",
     "answer_in_passages",
     "answer_scores",
     "cover_exact_match",
     "exact_match",
     "f1_score",
     "normalised_golds",
-    "normalised_scores",
     "normalize_answer",
 ]
 
@@ -135,19 +133,10 @@ def _cover(pred: str, golds: Sequence[str]) -> float:
     return 1.0 if pred and any(g in pred for g in golds) else 0.0
 
 
-NORMALISED_METRICS: dict[str, Callable[[str, Sequence[str]], float]] = {"em": _exact, "f1": _f1, "cem": _cover}
-"""``em``, ``f1`` and ``cem`` of an already normalised prediction and golds (see :func:`normalize_answer`):
-for callers that score one prediction several ways and normalise once."""
-
-
-def normalised_scores(pred: str, golds: Sequence[str]) -> dict[str, float]:
-    """``{"em", "f1", "cem"}`` of an already normalised prediction and golds."""
-    return {name: metric(pred, golds) for name, metric in NORMALISED_METRICS.items()}
-
-
 def answer_scores(prediction: str | None, golds: str | Iterable[str]) -> dict[str, float]:
     """``{"em", "f1", "cem"}`` in one pass: the prediction and the golds are normalised once."""
-    return normalised_scores(normalize_answer(prediction), normalised_golds(golds))
+    pred, normalised = normalize_answer(prediction), normalised_golds(golds)
+    return {"em": _exact(pred, normalised), "f1": _f1(pred, normalised), "cem": _cover(pred, normalised)}
 
 
 def exact_match(prediction: str | None, golds: str | Iterable[str]) -> float:

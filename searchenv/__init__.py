@@ -36,7 +36,6 @@ _EXPORTS = {
     "make_retriever": "searchenv.retrievers",
     "load_reward": "searchenv.reward_specs",
     "generate_world": "searchenv.data.world.generator",
-    "filled": "searchenv.lazy",
 }
 
 __all__ = [
@@ -56,7 +55,6 @@ __all__ = [
     "StepResult",
     "TokenizedEpisode",
     "encode_prompt",
-    "filled",
     "generate_world",
     "load_dataset",
     "load_reward",
@@ -76,7 +74,6 @@ if TYPE_CHECKING:
     from searchenv.env.stepping import step_batch, step_batch_async
     from searchenv.env.vector import SearchQAVectorEnv
     from searchenv.episode.episode import Episode, Segment
-    from searchenv.lazy import filled
     from searchenv.protocol import PROTOCOLS, Protocol, parse_action
     from searchenv.retrievers import make_retriever
     from searchenv.reward_specs import load_reward

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from toyworld import CORPUS, QUESTIONS
 
 from searchenv import PROTOCOLS, SearchQAEnv, parse_action
-from searchenv.episode.turns import Facts
+from searchenv.episode.turns import facts
 from searchenv.protocol import ParsedAction, Protocol
 from searchenv.retrievers.random_retriever import RandomRetriever
 
@@ -30,8 +30,8 @@ def test_any_text_ends_within_budget_without_errors(turns, index):
         steps += 1
         assert isinstance(obs, str) and info["action"] in {"search", "answer", "invalid"}
         # The step reads its counts and end flags on a fast path; the episode's own properties must agree.
-        record = Facts(ENV.episode.turns, ENV.protocol)
-        assert info["num_searches"] == ENV.episode.num_searches == record.num_searches == len(record._executed)
+        record = facts(ENV.episode.turns, ENV.protocol)
+        assert info["num_searches"] == ENV.episode.num_searches == record.num_searches == len(record.searches)
         assert info["num_actions"] == ENV.episode.num_actions == record.num_actions
         assert (terminated, truncated) == (ENV.episode.terminated, ENV.episode.truncated)
         done = terminated or truncated

@@ -112,7 +112,8 @@ def test_qwen_masks_ids_and_one_search_call_per_turn(qwen_tokenizer):
     env_text = tok.decode(first.response_ids[boundary : boundary + env_len])
     assert env_text.startswith("\n\n<information>") and env_text.endswith("</information>\n\n")
     assert first.response_ids[boundary : boundary + env_len] == enc(env_text)
-    assert results[1].metrics["invalid_actions"] == 1.0 and results[1].metrics["valid_searches"] == 1.0
+    assert results[1].metrics["num_invalid"] == 1.0 and results[1].metrics["num_searches"] == 1.0
+    assert results[1].metrics["end_reason/answer"] == 1.0
 
 
 def test_token_budget_truncates_without_reward(qwen_tokenizer):
@@ -123,8 +124,9 @@ def test_token_budget_truncates_without_reward(qwen_tokenizer):
     generator = ScriptedGenerator(tok, {q0: [words, words, words]})
     sampling = SamplingConfig(max_new_tokens=30, max_response_tokens=50)
     (result,) = rollout(envs, generator, sampling, indices=[0])
-    assert result.metrics["truncated"] == 1.0 and result.reward == 0.0
-    assert result.metrics["model_tokens"] <= 50
+    assert result.metrics["end_reason/context_limit"] == 1.0 and result.reward == 0.0
+    assert envs[0].episode.end_reason == "context_limit"
+    assert result.metrics["rollout/model_tokens"] <= 50
     assert len(result.tokens.loss_mask) == len(result.tokens.response_ids)
 
 
@@ -149,7 +151,7 @@ def test_smollm2_rollout_is_deterministic_and_keeps_sampled_ids(smollm2_dir):
         assert len(tokens.loss_mask) == len(tokens.response_ids)
         full = tokens.prompt_ids + tokens.response_ids
         turns = [(c, ids) for c, ids in gen_a.records if full[: len(c)] == c]
-        assert len(turns) == result.metrics["num_turns"]
+        assert len(turns) == result.metrics["num_actions"]
         for context, sampled in turns:
             start = len(context) - len(tokens.prompt_ids)
             run_length = next(
@@ -162,7 +164,7 @@ def test_smollm2_rollout_is_deterministic_and_keeps_sampled_ids(smollm2_dir):
                 assert any(tok.decode(kept).endswith(s) for s in stop_strings)
         assert all(lp <= 0.0 for lp, m in zip(tokens.logprobs, tokens.loss_mask) if m)
         assert all(lp == 0.0 for lp, m in zip(tokens.logprobs, tokens.loss_mask) if not m)
-        assert result.metrics["model_tokens"] == sum(tokens.loss_mask)
+        assert result.metrics["rollout/model_tokens"] == sum(tokens.loss_mask)
         eos_at = [i for i, t in enumerate(tokens.response_ids) if t == tok.eos_token_id]
         assert all(tokens.loss_mask[i] == 1 for i in eos_at)  # pad == EOS, yet generated EOS stays a model token
 

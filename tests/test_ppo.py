@@ -173,12 +173,13 @@ def test_a_step_of_each_algorithm_updates_the_policy(smollm2_dir, tmp_path, algo
     if critic_before is not None:
         assert not torch.equal(critic_before, trainer.critic.head.bias)
     logged = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[0])
-    keys = ["reward", "model_tokens", "valid_searches", "invalid_actions", "kl", "loss", "reward/words", "entropy"]
-    keys += ["approx_kl", "clipfrac", "grad_norm", "rollout_tokens_per_s", "update_tokens_per_s"]
-    keys += ["explained_variance", "value_loss"] if algorithm == "ppo" else []
+    keys = ["reward", "rollout/model_tokens", "num_searches", "num_invalid", "reward/words", "end_reason/answer"]
+    keys += ["ppo/kl", "ppo/loss", "ppo/entropy", "ppo/approx_kl", "ppo/clipfrac", "ppo/grad_norm"]
+    keys += ["ppo/rollout_tokens_per_s", "ppo/update_tokens_per_s"]
+    keys += ["ppo/explained_variance", "ppo/value_loss"] if algorithm == "ppo" else []
     for key in keys:
         assert key in logged and logged[key] == pytest.approx(metrics[key], nan_ok=True)
-    assert logged["loss"] == logged["loss"] and logged["entropy"] > 0  # not NaN
+    assert logged["ppo/loss"] == logged["ppo/loss"] and logged["ppo/entropy"] > 0  # not NaN
     # the checkpoint is saved by default at the end, with what replaying it needs
     saved = read_run_settings(tmp_path / "final")
     assert saved["algorithm"] == algorithm and saved["config"]["group_size"] == config.group_size
@@ -210,7 +211,8 @@ def test_cli_options_reach_the_config_and_the_log_plots(tmp_path):
     log = tmp_path / "log.jsonl"
     log.write_text(
         "".join(
-            json.dumps({"step": s, "reward": s / 4, "valid_searches": 1, "model_tokens": 9}) + "\n" for s in range(1, 5)
+            json.dumps({"step": s, "reward": s / 4, "num_searches": 1, "rollout/model_tokens": 9}) + "\n"
+            for s in range(1, 5)
         )
     )
     train_ppo.plot_log(log, tmp_path / "curves.png")

@@ -70,9 +70,10 @@ def test_two_grpo_steps_on_the_world_complete_and_log_env_metrics(smollm2_dir, t
         "rewards/env_reward/mean",
         "reward/format_ok",
         "reward/em",
-        "episode/valid_searches",
-        "episode/invalid_actions",
-        "episode/model_tokens",
+        "num_searches",
+        "num_invalid",
+        "end_reason/answer",
+        "rollout/model_tokens",
     ):
         assert key in logs[0], f"{key} missing from {sorted(logs[0])}"
     # episodes the environment ended close with EOS: TRL counts only token-budget cuts as truncated

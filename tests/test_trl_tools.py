@@ -142,7 +142,7 @@ def test_trl_tool_loop_plays_the_episode_and_rewards_from_it(tokenizer, tmp_path
     assert wrong.truncated and wrong.prediction is None  # a message without <answer> is invalid under "tool-call"
     assert right.num_searches == 1 and right.turns[0].search == "executed"
     assert trainer._metrics["train"]["rewards/episode_reward/mean"] == [0.5]
-    assert trainer._metrics["train"]["searchenv/num_searches"] == [1.0]
+    assert trainer._metrics["train"]["num_searches"] == [1.0]
 
     # The prompt TRL rendered holds the environment's prompt and the search tool's schema (from the method).
     prompt_text = tokenizer.decode(batch["prompt_ids"][0][batch["prompt_mask"][0].bool()])
@@ -188,7 +188,7 @@ def test_one_grpo_step_with_the_tool_environment(tokenizer, tmp_path, monkeypatc
     factory = environment_factory(max_turns=2, max_information_words=20)
     trainer = _trainer(tokenizer, tmp_path, factory, _search_then_answer(["1999", "no idea"]))
     trainer.train()
-    [row] = [r for r in trainer.state.log_history if "searchenv/num_searches" in r]
+    [row] = [r for r in trainer.state.log_history if "num_searches" in r]
     assert trainer.state.global_step == 1
-    assert row["searchenv/num_searches"] == 1.0 and row["tools/call_frequency"] == 1.0
+    assert row["num_searches"] == 1.0 and row["tools/call_frequency"] == 1.0
     assert "rewards/episode_reward/mean" in row

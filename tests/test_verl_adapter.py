@@ -204,7 +204,7 @@ def test_scripted_episode_masks_tokens_and_reward(hotpot_rows, hotpot_options, q
     assert server.calls[0]["params"]["max_tokens"] == 500 and server.calls[0]["params"]["temperature"] == 1.0
     info = output.extra_fields["reward_extra_info"]
     assert info["num_searches"] == 1.0 and info["num_invalid"] == 1.0 and info["reward/em"] == 1.0
-    assert info["model_tokens"] == sum(output.response_mask) and info["cut_by_length"] == 0.0
+    assert info["verl/model_tokens"] == sum(output.response_mask) and info["end_reason/answer"] == 1.0
 
 
 def test_response_budget_cuts_the_episode_and_still_scores_it(hotpot_rows, hotpot_options, qwen_tokenizer):
@@ -213,7 +213,7 @@ def test_response_budget_cuts_the_episode_and_still_scores_it(hotpot_rows, hotpo
     assert len(output.response_ids) == len(output.response_mask) == 200
     assert output.reward_score == 0.0
     info = output.extra_fields["reward_extra_info"]
-    assert info["cut_by_length"] == 1.0 and info["answered"] == 0.0 and "reward/em" in info
+    assert info["end_reason/context_limit"] == 1.0 and info["end_reason/answer"] == 0.0 and "reward/em" in info
     # The first information block alone overflows the 200 tokens: it is cut, and no second turn is sampled.
     assert len(server.calls) == 1 and output.response_mask[-1] == 0
 
@@ -289,7 +289,7 @@ def test_compute_score_reads_search_r1_strings():
         "Its capital is Paris.\n</information>\n\n<think>Done.</think>\n<answer> paris </answer>"
     )
     scored = compute_score("nq", response, gold, {"question": "What is the capital of France?"})
-    assert scored["score"] == 1.0 and scored["em"] == 1.0
+    assert scored["score"] == scored["reward"] == 1.0 and scored["reward/em"] == 1.0
     # An answer that only appears inside the inserted information block is not the model's answer.
     planted = "<search>x</search>\n\n<information><answer>Paris</answer>\n</information>\n\n"
     assert compute_score("nq", planted, gold)["score"] == 0.0
@@ -324,7 +324,7 @@ def test_custom_reward_function_loads_through_verl(tmp_path):
     )
     score = get_custom_reward_fn(config)
     result = score(data_source="nq", solution_str="<think>x</think>\n<answer>Paris</answer>", ground_truth="Paris")
-    assert result["score"] == 1.0 and result["format_ok"] == 1.0
+    assert result["score"] == 1.0 and result["reward/format_ok"] == 1.0
 
 
 def test_server_fields_merge_across_turns_as_verls_tool_loop_does():

@@ -40,7 +40,7 @@ def _record(i: int, status: str, searches: int, dataset: str) -> dict:
         "retrieval_hit": 1.0,
         "num_searches": searches,
         "num_invalid": 0,
-        "answered": answered,
+        "end_reason": "answer" if answered else "action_budget",
         "response_tokens": 10,
         "segments": segments,
     }

@@ -48,8 +48,8 @@ __all__ = [
 PLOTTED = (
     ("reward", "reward (mean per episode)"),
     ("reward/em", "exact match"),
-    ("valid_searches", "valid searches / episode"),
-    ("model_tokens", "response length (model tokens)"),
+    ("num_searches", "searches / episode"),
+    ("rollout/model_tokens", "response length (model tokens)"),
 )
 
 #: The CPU recipe (the defaults): what made SmolLM2-135M's reward rise on the generated world in minutes
@@ -236,7 +236,7 @@ def plot_log(log_path: str | Path, png_path: str | Path, title: str | None = Non
     steps = [r["step"] for r in rows]
     figure, axes = plt.subplots(1, len(PLOTTED), figsize=(4.2 * len(PLOTTED), 3.2))
     for axis, (key, label) in zip(axes, PLOTTED):
-        values = [r.get(key, r.get(f"episode/{key}", float("nan"))) for r in rows]  # TRL logs episode/...
+        values = [r.get(key, float("nan")) for r in rows]
         window = max(1, len(values) // 8)
         axis.plot(steps, values, color="0.7" if window > 1 else "C0", linewidth=1, marker=".", label="per step")
         if window > 1:

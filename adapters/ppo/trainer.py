@@ -56,6 +56,7 @@ from searchenv.adapters.rollout.generation import (
     rollout,
     write_run_settings,
 )
+from searchenv.episode import aggregate_metrics
 
 __all__ = ["Algorithm", "PPOConfig", "Trainer"]
 
@@ -252,13 +253,16 @@ class Trainer:
         self.global_step += 1
         update_seconds = time.perf_counter() - update_started
         metrics = self._metrics(episodes, stats, kl, batch)
-        sampled = sum(e.metrics["model_tokens"] for e in episodes)
+        sampled = sum(e.metrics["rollout/model_tokens"] for e in episodes)
+        updated = float(batch.attention_mask.sum()) * cfg.ppo_epochs
         metrics.update(
-            rollout_seconds=rollout_seconds,
-            update_seconds=update_seconds,
-            step_seconds=time.perf_counter() - started,
-            rollout_tokens_per_s=sampled / max(rollout_seconds, 1e-9),
-            update_tokens_per_s=float(batch.attention_mask.sum()) * cfg.ppo_epochs / max(update_seconds, 1e-9),
+            {
+                "ppo/rollout_seconds": rollout_seconds,
+                "ppo/update_seconds": update_seconds,
+                "ppo/step_seconds": time.perf_counter() - started,
+                "ppo/rollout_tokens_per_s": sampled / max(rollout_seconds, 1e-9),
+                "ppo/update_tokens_per_s": updated / max(update_seconds, 1e-9),
+            }
         )
         return metrics
 
@@ -355,29 +359,18 @@ class Trainer:
         return {key: value / updates for key, value in sums.items()}
 
     def _metrics(self, episodes: Sequence[EpisodeResult], stats: dict[str, float], kl, batch: Batch):
-        def mean(key: str) -> float:
-            return float(np.mean([e.metrics[key] for e in episodes]))
-
-        parts: dict[str, list[float]] = {}
-        for e in episodes:
-            for key, value in e.reward_parts.items():
-                parts.setdefault(key, []).append(value)
+        """One log row: the batch's mean episode metrics under their own names (``reward``, ``reward/em``,
+        ``num_searches``, ``end_reason/...``, ``rollout/model_tokens``), then this trainer's under ``ppo/``."""
+        kl_value = masked_mean(kl, batch.loss_mask).item() if kl is not None else stats.get("kl_loss", 0.0)
         metrics = {
             "step": self.global_step,
-            "reward": float(np.mean([e.reward for e in episodes])),
-            "response_tokens": mean("response_tokens"),
-            "model_tokens": mean("model_tokens"),
-            "valid_searches": mean("valid_searches"),
-            "invalid_actions": mean("invalid_actions"),
-            "answered": mean("answered"),
-            "truncated": mean("truncated"),
-            "kl": masked_mean(kl, batch.loss_mask).item() if kl is not None else stats.get("kl_loss", 0.0),
-            "loss": stats.get("pg_loss", math.nan),
-            **{k: v for k, v in stats.items() if k != "pg_loss"},
-            **{f"reward/{k}": float(np.mean(v)) for k, v in parts.items()},
+            **aggregate_metrics(e.metrics for e in episodes),
+            "ppo/kl": kl_value,
+            "ppo/loss": stats.get("pg_loss", math.nan),
+            **{f"ppo/{k}": v for k, v in stats.items() if k != "pg_loss"},
         }
         if self.hops is not None:
-            metrics["max_hops"] = 1 + (self.global_step - 1) // self.config.curriculum_steps
+            metrics["ppo/max_hops"] = 1 + (self.global_step - 1) // self.config.curriculum_steps
         return metrics
 
     # -- the loop ---------------------------------------------------------------------------------------

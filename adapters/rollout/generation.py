@@ -126,9 +126,9 @@ class EpisodeResult:
         tokens: prompt ids, response ids (model + env, in order), loss mask and sampled-token logprobs.
         reward: the environment's terminal reward (an episode cut by the token budget is scored as truncated).
         reward_parts: named parts of the reward (``em``, ``format_ok``, ...), as the environment reported them.
-        metrics: ``response_tokens`` (all response ids), ``model_tokens`` (mask 1), ``num_turns``,
-            ``valid_searches`` (searches actually executed), ``invalid_actions``, ``answered`` (0/1),
-            ``truncated`` (0/1: the token budget ended the episode).
+        metrics: the episode's :meth:`~searchenv.episode.Episode.metrics` (``num_searches``, ``num_invalid``,
+            ``end_reason/context_limit`` = 1.0 when the token budget ended it, ...) plus ``rollout/response_tokens``
+            (all response ids) and ``rollout/model_tokens`` (mask 1).
         index: the dataset index the environment was reset to.
     """
 
@@ -320,7 +320,6 @@ def rollout(
         prompt_ids = encode_prompt(tokenizer, obs, chat_template=sampling.chat_template, tools=info.get("tools"))
         builders.append(EpisodeTokens(tokenizer, prompt_ids, protocol))
         stop_strings.append(list(info.get("stop_strings") or env.unwrapped.protocol.stop_strings))
-    metrics = [{"num_turns": 0.0, "invalid_actions": 0.0, "truncated": 0.0} for _ in envs]
     final_infos: list[dict[str, Any]] = [{} for _ in envs]
     rewards = [0.0] * len(envs)
     active = list(range(len(envs)))
@@ -328,8 +327,7 @@ def rollout(
         budgets = {i: sampling.budget(len(builders[i].prompt_ids), len(builders[i].response_ids)) for i in active}
         for i in [i for i in active if budgets[i] <= 0]:
             # The token budget ended the episode: the environment still scores it, like veRL's length cut.
-            metrics[i]["truncated"] = 1.0
-            _, rewards[i], _, _, final_infos[i] = envs[i].unwrapped.truncate()
+            _, rewards[i], _, _, final_infos[i] = envs[i].unwrapped.truncate("context_limit")
         active = [i for i in active if budgets[i] > 0]
         if turn_sync is not None and turn_sync(bool(active)) and not active:
             generator.generate([], stop_strings[0], [])
@@ -351,8 +349,6 @@ def rollout(
         results = searchenv.step_batch([envs[i] for i in active], actions)
         still_active = []
         for i, (obs, reward, terminated, truncated, info) in zip(active, results):
-            metrics[i]["num_turns"] += 1
-            metrics[i]["invalid_actions"] += float(info.get("action") == "invalid")
             if obs:
                 builders[i].add_env(obs)
             if terminated or truncated:
@@ -367,11 +363,11 @@ def rollout(
         episode = env.unwrapped.episode
         info = final_infos[i]
         parts = {k: float(v) for k, v in (info.get("reward_parts") or {}).items()}
-        m = metrics[i]
-        m["response_tokens"] = float(len(tokens.response_ids))
-        m["model_tokens"] = float(sum(tokens.loss_mask))
-        m["valid_searches"] = float(episode.num_searches)
-        m["answered"] = float(info.get("action") == "answer")
+        m = {
+            **episode.metrics(),
+            "rollout/response_tokens": float(len(tokens.response_ids)),
+            "rollout/model_tokens": float(sum(tokens.loss_mask)),
+        }
         results_out.append(
             EpisodeResult(tokens, rewards[i], parts, m, None if indices is None else int(indices[i]), info)
         )

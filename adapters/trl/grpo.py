@@ -42,6 +42,7 @@ from searchenv.adapters.rollout.generation import (
     rollout,
     write_run_settings,
 )
+from searchenv.adapters.trl.metrics import log_episode_metrics
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -170,7 +171,7 @@ class SearchRolloutFunc:
         """Response ids, env mask and logprobs, with an unsampled EOS (mask 0) closing an episode the env ended."""
         tokens = result.tokens
         ids, mask, logprobs = list(tokens.response_ids), list(tokens.loss_mask), list(tokens.logprobs)
-        if not result.metrics.get("truncated") and (not ids or ids[-1] != eos_id):
+        if not result.metrics["end_reason/context_limit"] and (not ids or ids[-1] != eos_id):
             ids, mask, logprobs = ids + [eos_id], mask + [0], logprobs + [0.0]
         return ids, mask, logprobs
 
@@ -213,39 +214,28 @@ class SearchRolloutFunc:
             "logprobs": [c[2] for c in completions],
             "env_mask": [c[1] for c in completions],
             "env_reward": [r.reward for r in results],
-            "env_reward_parts": [r.reward_parts for r in results],
             "env_metrics": [r.metrics for r in results],
         }
-
-
-def _log_means(log_metric: Callable[[str, float], None] | None, prefix: str, rows: Sequence[Mapping[str, float]]):
-    if log_metric is None or not rows:
-        return
-    for key in sorted({k for row in rows for k in row}):
-        values = [float(row[key]) for row in rows if key in row]
-        log_metric(f"{prefix}{key}", sum(values) / len(values))
 
 
 def env_reward(
     completions: Sequence[Any],
     env_reward: Sequence[float] | None = None,
-    env_reward_parts: Sequence[Mapping[str, float]] | None = None,
     env_metrics: Sequence[Mapping[str, float]] | None = None,
     log_metric: Callable[[str, float], None] | None = None,
     **_: Any,
 ) -> list[float]:
     """TRL reward function returning the reward the environment computed (it knows what it retrieved).
 
-    Also logs the reward parts (``reward/em``, ``reward/format_ok``, ...) and per-episode metrics
-    (``episode/valid_searches``, ``episode/invalid_actions``, ...) as TRL metrics.
+    Also logs the batch's episode metrics (``reward/em``, ``num_searches``, ``end_reason/answer``,
+    ``rollout/model_tokens``, ...) as TRL metrics (:func:`~searchenv.adapters.trl.metrics.log_episode_metrics`).
     """
     if env_reward is None:
         raise ValueError(
             "env_reward needs the 'env_reward' column that SearchRolloutFunc returns; pass "
             "rollout_func=SearchRolloutFunc(...) to GRPOTrainer, or use reward_from_spec(...) instead"
         )
-    _log_means(log_metric, "reward/", env_reward_parts or [])
-    _log_means(log_metric, "episode/", env_metrics or [])
+    log_episode_metrics(log_metric, env_metrics or [])
     return [float(r) for r in env_reward]
 
 
@@ -263,7 +253,7 @@ class RunSettingsCallback(TrainerCallback):
 
 
 class JsonlLogCallback(TrainerCallback):
-    """Appends every TRL log row (``reward``, ``reward/em``, ``episode/valid_searches``, ...) to a ``.jsonl`` file,
+    """Appends every TRL log row (``reward``, ``reward/em``, ``num_searches``, ...) to a ``.jsonl`` file,
     one JSON object per logging step with its ``step``, the format :func:`~searchenv.adapters.ppo.train.plot_log`
     draws."""
 
@@ -304,8 +294,8 @@ def make_grpo_trainer(
         env_kwargs: :class:`~searchenv.env.SearchQAEnv` arguments (dataset, retriever, reward, topk, max_turns...).
         max_new_tokens: per-turn generation cap.
         train_limit: use only the first ``train_limit`` questions.
-        reward_funcs: replaces the default ``[env_reward]``; they receive the episode's ``env_reward``,
-            ``env_reward_parts`` and ``env_metrics`` columns.
+        reward_funcs: replaces the default ``[env_reward]``; they receive the episode's ``env_reward`` and
+            ``env_metrics`` (:meth:`~searchenv.episode.Episode.metrics` plus ``rollout/...`` token counts) columns.
         chat_template: see :func:`searchenv.tokenization.encode_prompt`.
         curriculum: 1-hop questions first (needs ``args.shuffle_dataset = False``, see :func:`make_dataset`).
         run_settings: written as ``searchenv_run.json`` into every checkpoint (:class:`RunSettingsCallback`).

@@ -38,6 +38,7 @@ from searchenv.adapters.tool_steps import (
     finish_episode,
     tool_result,
 )
+from searchenv.adapters.trl.metrics import log_episode_metrics
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -170,7 +171,8 @@ def episode_reward(
 
     An episode still running steps the final assistant message as its last action (an answer, or an invalid
     action); one that is still not over — no final message, an invalid one, budget left — is truncated and
-    scored like any truncated episode. Reward parts and episode metrics are logged as ``searchenv/...``.
+    scored like any truncated episode. Reward parts and episode metrics are logged under their own names
+    (:func:`~searchenv.adapters.trl.metrics.log_episode_metrics`).
     """
     if environments is None:
         raise ValueError(
@@ -182,8 +184,5 @@ def episode_reward(
         episode = finish_episode(environment.env, _final_message(completion))
         rewards.append(float(episode.reward))
         rows.append(episode.metrics())
-    if log_metric is not None:
-        for key in sorted({k for row in rows for k in row}):
-            values = [row[key] for row in rows if key in row]
-            log_metric(f"searchenv/{key}", sum(values) / len(values))
+    log_episode_metrics(log_metric, rows)
     return rewards

@@ -11,7 +11,8 @@ inserted information blocks and hints (SPEC §2).
 by the environment's reward spec from what the episode actually did) and goes out as ``reward_score``. veRL turns
 it into ``rm_scores`` on the last response token and, because it is set, never runs its reward manager on this
 sample (``AgentLoopWorker._compute_score`` only scores outputs whose ``reward_score`` is ``None``). The episode's
-metrics (reward parts, searches, invalid actions) go to ``extra_fields["reward_extra_info"]``, which veRL logs.
+metrics (:meth:`~searchenv.episode.Episode.metrics`, plus veRL's ``score`` and ``verl/...`` token counts) go to
+``extra_fields["reward_extra_info"]``, which veRL logs.
 
 **Fields veRL's servers report.** Each turn's ``TokenOutput.extra_fields`` (weights version ``global_steps`` /
 ``min_global_steps`` / ``max_global_steps``, prefix-cache hits, speculative-decoding counts, and whatever a later
@@ -58,6 +59,7 @@ from searchenv.adapters.rows import AGENT_NAME, PROMPT_MODES, choose_conversatio
 from searchenv.data.datasets import golden_answers
 from searchenv.env.search_qa import SearchQAEnv
 from searchenv.env.stepping import step_batch_async
+from searchenv.episode.episode import metrics_of
 from searchenv.episode.rollout import Rollout
 from searchenv.reward_specs import load_reward
 from searchenv.tokenization import EpisodeTokens
@@ -199,18 +201,17 @@ class SearchEnvAgentLoop(AgentLoopBase):
         routed_experts: Any,
     ) -> AgentLoopOutput:
         episode = env.episode
-        cut_by_length = not episode.done
-        if cut_by_length:
+        if not episode.done:
             # The response budget ran out before an answer or the action budget: score what there is, so
-            # every sample of the batch carries a reward and the same metric keys.
-            env.truncate()
+            # every sample of the batch carries a reward and the same metric keys (``end_reason/context_limit``).
+            env.truncate("context_limit")
         built = tokens.result()
         n = self.response_length
         metrics = {
+            "score": float(episode.reward),
             **episode.metrics(),
-            "cut_by_length": float(cut_by_length),
-            "response_tokens": float(min(len(built.response_ids), n)),
-            "model_tokens": float(sum(built.loss_mask[:n])),
+            "verl/response_tokens": float(min(len(built.response_ids), n)),
+            "verl/model_tokens": float(sum(built.loss_mask[:n])),
         }
         return AgentLoopOutput(
             prompt_ids=built.prompt_ids,
@@ -261,7 +262,9 @@ def compute_score(
         protocol: the tag protocol of the responses.
 
     Returns:
-        ``{"score": reward, **parts}`` — veRL logs every key.
+        ``{"score": reward, **metrics}``: veRL's ``score`` and the episode metrics under the names every adapter
+        logs (:func:`~searchenv.episode.episode.metrics_of`: ``reward/em``, ``num_searches``, ...); veRL logs
+        every key.
     """
     rollout = Rollout.from_text(
         solution_str,
@@ -270,4 +273,6 @@ def compute_score(
         question=str((plain(extra_info) or {}).get("question") or ""),
     )
     result = _reward_spec(reward)(rollout)
-    return {"score": float(result.reward), **{k: float(v) for k, v in result.parts.items()}}
+    # No environment ended this text: an accepted answer is the only end reason it can show.
+    end_reason = "answer" if rollout.prediction is not None else None
+    return {"score": float(result.reward), **metrics_of(rollout.facts, result.reward, result.parts, end_reason)}

@@ -188,12 +188,7 @@ class SearchToolAgentLoop(ToolAgentLoop):
         output = await super().run(sampling_params, **kwargs)
         episode = finish_episode(self._trajectory.env, self._final_text())
         output.reward_score = float(episode.reward)
-        output.extra_fields["reward_extra_info"] = {
-            "score": float(episode.reward),
-            **{k: float(v) for k, v in episode.reward_parts.items()},
-            "num_searches": float(episode.num_searches),
-            "num_invalid": float(episode.num_invalid),
-        }
+        output.extra_fields["reward_extra_info"] = {"score": float(episode.reward), **episode.metrics()}
         return output
 
     async def _call_tool(self, tool_call: Any, tools_kwargs: dict[str, Any], agent_data: Any) -> Any:

@@ -72,6 +72,6 @@ def run_demo(args: argparse.Namespace) -> int:
         parts = ", ".join(f"{k}={v:g}" for k, v in result.reward_parts.items())
         print(f"{_RULE}\nreward {result.reward:g}  prediction {episode.prediction!r}  ({parts})")
     mean = sum(r.reward for r in results) / len(results)
-    searches = sum(r.metrics["valid_searches"] for r in results) / len(results)
+    searches = sum(r.metrics["num_searches"] for r in results) / len(results)
     print(f"\n{len(results)} episodes in {elapsed:.1f} s: mean reward {mean:.3f}, {searches:.2f} searches per episode")
     return 0

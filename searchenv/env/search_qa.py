@@ -22,7 +22,6 @@ from searchenv.env.step_rules import StepOutcome, StepResult, apply_outcome, pla
 from searchenv.episode.episode import EndReason, Episode
 from searchenv.episode.rollout import RewardResult, Rollout
 from searchenv.episode.turns import Facts
-from searchenv.lazy import LazyDict
 from searchenv.protocol import Protocol
 from searchenv.types import Passage, QAExample, Retriever
 
@@ -306,9 +305,8 @@ class SearchQAEnv(gym.Env[str, str]):
             info["num_searches"] = episode.num_searches
             info["num_actions"] = len(episode.turns)
             return StepResult(episode.turns[-1].observation, 0.0, False, False, info)
-        # Built-in specs hand over fresh lazy parts; any other mapping is copied, so a spec that reuses its
-        # mapping cannot rewrite a finished episode.
-        parts = reward.parts if isinstance(reward.parts, LazyDict) else dict(reward.parts)
+        # Copied, so a spec that reuses its mapping cannot rewrite a finished episode or an earlier info.
+        parts = dict(reward.parts)
         episode.reward, episode.reward_parts = float(reward.reward), parts
         info["num_searches"] = record.num_searches
         info["num_actions"] = record.num_actions

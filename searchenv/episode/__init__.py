@@ -3,8 +3,19 @@ and the reward contract that reads them (:mod:`.rollout`: :class:`Rollout` in, :
 
 Every reward, metric, ``info`` field and log line is derived from the turns, through one :class:`Facts`."""
 
-from searchenv.episode.episode import Episode, Segment
+from searchenv.episode.episode import METRIC_NAMES, Episode, Segment, aggregate_metrics, metrics_of
 from searchenv.episode.rollout import RewardResult, RewardSpec, Rollout
 from searchenv.episode.turns import Facts, Turn
 
-__all__ = ["Episode", "Facts", "RewardResult", "RewardSpec", "Rollout", "Segment", "Turn"]
+__all__ = [
+    "METRIC_NAMES",
+    "Episode",
+    "Facts",
+    "RewardResult",
+    "RewardSpec",
+    "Rollout",
+    "Segment",
+    "Turn",
+    "aggregate_metrics",
+    "metrics_of",
+]

@@ -9,27 +9,15 @@ authorship explicit is also what makes retrieved-token masking exact (:mod:`sear
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Literal
 
 from searchenv.episode.turns import Facts, Turn, facts, segments_of
-from searchenv.lazy import LazyDict, LazyKeys
 from searchenv.protocol import Protocol
 from searchenv.types import Passage, QAExample
 
-__all__ = ["END_REASONS", "EndReason", "Episode", "Segment"]
-
-_METRIC_NAMES = (
-    "reward",
-    "num_actions",
-    "num_searches",
-    "num_failed_searches",
-    "num_invalid",
-    "response_words",
-    "answered",
-)
+__all__ = ["END_REASONS", "METRIC_NAMES", "EndReason", "Episode", "Segment", "aggregate_metrics", "metrics_of"]
 
 Author = Literal["model", "env"]
 #: Why an episode ended, as verifiers names its stop conditions: an accepted ``answer``; the ``action_budget`` ran
@@ -77,17 +65,19 @@ class Episode:
 
     @property
     def terminated(self) -> bool:
-        """An answer was accepted: the final action was a complete answer tag."""
+        """An answer was accepted: the final action was a complete answer tag (read on every step, so from the
+        last turn alone rather than from the whole :attr:`facts`)."""
         return bool(self.turns) and self.turns[-1].action.kind == "answer"
 
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated
 
+    # The derived values under the names callers use: each is read from the one :class:`Facts`.
     @property
     def prediction(self) -> str | None:
         """The accepted answer, or ``None`` when the episode ended (or runs) without one."""
-        return self.turns[-1].action.content if self.terminated else None
+        return self.facts.prediction
 
     @property
     def num_actions(self) -> int:
@@ -96,17 +86,17 @@ class Episode:
     @property
     def num_searches(self) -> int:
         """Searches that ran and whose results were shown (failed and skipped searches do not count)."""
-        return sum(t.searched for t in self.turns)
+        return self.facts.num_searches
 
     @property
     def num_invalid(self) -> int:
         """Actions with neither a complete search nor a complete answer."""
-        return sum(t.action.kind == "invalid" for t in self.turns)
+        return self.facts.num_invalid
 
     @property
     def retrieved(self) -> list[list[Passage]]:
         """The passages each executed search returned, in order (before clipping)."""
-        return [list(t.passages) for t in self.turns if t.searched]
+        return [list(t.passages) for t in self.facts.searches]
 
     @property
     def segments(self) -> list[Segment]:
@@ -116,45 +106,74 @@ class Episode:
     @property
     def response_text(self) -> str:
         """Everything after the prompt: model turns and inserted blocks, in order."""
-        return "".join(t.action.kept + t.observation for t in self.turns)
+        return self.facts.response
 
     @property
     def model_text(self) -> str:
         """Only what the model wrote and the environment accepted (text after a closing tag is dropped)."""
-        return "".join(t.action.kept for t in self.turns)
+        return self.facts.model_text
 
     @property
     def response_words(self) -> int:
         """Length of the model's own text in whitespace-separated words (a tokenizer-free length metric)."""
-        return len(self.model_text.split())
+        return self.facts.response_words
 
     def metrics(self, record: Facts | None = None) -> dict[str, float]:
-        """Per-episode numbers the papers plot: reward, searches, invalid actions, response length, reward parts.
+        """The episode's numbers under THE metric names every adapter and report logs (see :func:`metrics_of`).
 
         ``record`` is the episode's facts when the caller has them already (the environment's terminal step).
-        The values are computed when first read (a :class:`~searchenv.lazy.LazyDict`), so a step whose
-        caller never looks at them does not pay for the reward parts behind them.
         """
         record = record if record is not None else self.facts
-        reward, parts = float(self.reward), self.reward_parts
-
-        def compute() -> dict[str, float]:
-            return {
-                "reward": reward,
-                "num_actions": float(record.num_actions),
-                "num_searches": float(record.num_searches),
-                "num_failed_searches": float(record.num_failed_searches),
-                "num_invalid": float(record.num_invalid),
-                "response_words": float(len(record.model_text.split())),
-                "answered": float(record.prediction is not None),
-                **{f"reward/{k}": float(v) for k, v in parts.items()},
-            }
-
-        part_keys = getattr(parts, "key_set", None) or LazyKeys.of(tuple(parts))  # a LazyDict announces its keys
-        return LazyDict.of(_metric_keys(part_keys), compute)
+        return metrics_of(record, self.reward, self.reward_parts, self.end_reason)
 
 
-@lru_cache(maxsize=64)
-def _metric_keys(part_keys: LazyKeys) -> LazyKeys:
-    # One key set per reward spec's parts, built once and found by identity: every terminal step needs it.
-    return LazyKeys.of((*_METRIC_NAMES, *(f"reward/{k}" for k in part_keys.names)))
+def metrics_of(
+    record: Facts, reward: float, reward_parts: Mapping[str, float], end_reason: EndReason | None
+) -> dict[str, float]:
+    """One episode's metrics: the vocabulary every adapter, trainer log and report uses (:data:`METRIC_NAMES`).
+
+    ``reward``, the counts (``num_actions``, ``num_searches``, ``num_failed_searches``, ``num_invalid``),
+    ``response_words``, then ``end_reason/<reason>`` for every :data:`EndReason` — 1.0 for the reason the
+    episode ended, 0.0 for the others (all 0.0 while it runs), so that a batch mean (:func:`aggregate_metrics`)
+    is the share of episodes that ended that way — then one ``reward/<part>`` per reward part. Every value is
+    a float, so the dict goes as it is into a logger, JSON or a table. :meth:`Episode.metrics` is the usual
+    caller; a text-only scorer that has a :class:`~searchenv.episode.rollout.Rollout` and no episode calls it
+    with the rollout's facts.
+    """
+    return {
+        "reward": float(reward),
+        "num_actions": float(record.num_actions),
+        "num_searches": float(record.num_searches),
+        "num_failed_searches": float(record.num_failed_searches),
+        "num_invalid": float(record.num_invalid),
+        "response_words": float(record.response_words),
+        **{f"end_reason/{reason}": float(reason == end_reason) for reason in END_REASONS},
+        **{f"reward/{k}": float(v) for k, v in reward_parts.items()},
+    }
+
+
+#: The metric names every episode reports, whatever its reward spec (``reward/<part>`` keys come on top).
+METRIC_NAMES: tuple[str, ...] = (
+    "reward",
+    "num_actions",
+    "num_searches",
+    "num_failed_searches",
+    "num_invalid",
+    "response_words",
+    *(f"end_reason/{reason}" for reason in END_REASONS),
+)
+
+
+def aggregate_metrics(rows: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """The mean of every key over a batch of :meth:`Episode.metrics` rows: what adapters that log a batch log.
+
+    A key is averaged over the rows that have it (episodes scored by different specs carry different
+    ``reward/<part>`` keys); keys come out sorted. An empty batch gives ``{}``.
+    """
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for row in rows:
+        for key, value in row.items():
+            sums[key] = sums.get(key, 0.0) + float(value)
+            counts[key] = counts.get(key, 0) + 1
+    return {key: sums[key] / counts[key] for key in sorted(sums)}

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, runtime_checkable
 from typing import Protocol as TypingProtocol
 
 from searchenv.episode.readers import turns_from_segments, turns_from_text
-from searchenv.episode.turns import Facts, Turn
+from searchenv.episode.turns import Facts, Turn, facts
 from searchenv.protocol import Protocol, get_protocol
 
 if TYPE_CHECKING:
@@ -27,14 +26,11 @@ if TYPE_CHECKING:
 __all__ = ["RewardResult", "RewardSpec", "Rollout"]
 
 
-_NO_EXTRAS: Mapping[str, Any] = MappingProxyType({})  # shared by every rollout without extras: read-only
-
-
 def _golds(golden_answers: str | Iterable[str]) -> tuple[str, ...]:
     return (golden_answers,) if isinstance(golden_answers, str) else tuple(map(str, golden_answers))
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Rollout:
     """Everything a reward needs about one finished episode.
 
@@ -52,31 +48,7 @@ class Rollout:
     protocol: Protocol
     facts: Facts
     turns: tuple[Turn, ...] = ()
-    extras: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRAS)
-
-    def __init__(
-        self,
-        question: str,
-        golden_answers: tuple[str, ...],
-        protocol: Protocol,
-        facts: Facts,
-        turns: tuple[Turn, ...] = (),
-        extras: Mapping[str, Any] | None = None,
-    ):
-        # The fields in one assignment: the generated frozen ``__init__`` pays an ``object.__setattr__`` per
-        # field, and the environment builds a rollout at every terminal step.
-        object.__setattr__(
-            self,
-            "__dict__",
-            {
-                "question": question,
-                "golden_answers": golden_answers,
-                "protocol": protocol,
-                "facts": facts,
-                "turns": turns,
-                "extras": _NO_EXTRAS if extras is None else extras,
-            },
-        )
+    extras: Mapping[str, Any] = field(default_factory=dict)
 
     # -- the facts under the names specs use -------------------------------------------------------------
     @property
@@ -117,29 +89,21 @@ class Rollout:
         credit_searches: bool = True,
     ) -> Rollout:
         proto = get_protocol(protocol)
-        record = Facts(turns, proto, credit_searches=credit_searches)
-        return cls(
-            question=question,
-            golden_answers=_golds(golden_answers),
-            protocol=proto,
-            facts=record,
-            turns=record.turns,
-            extras=dict(extras) if extras else None,
-        )
+        record = facts(turns, proto, credit_searches=credit_searches)
+        return cls(question, _golds(golden_answers), proto, record, record.turns, dict(extras or {}))
 
     @classmethod
     def from_episode(cls, episode: Episode, extras: Mapping[str, Any] | None = None) -> Rollout:
         """The environment path: the episode's own turns."""
-        return cls.of_episode(episode, tuple(episode.turns), dict(extras) if extras else None)
+        return cls.of_episode(episode, tuple(episode.turns), extras)
 
     @classmethod
-    def of_episode(cls, episode: Episode, turns: tuple[Turn, ...], extras: Mapping[str, Any] | None = None) -> Rollout:
+    def of_episode(cls, episode: Episode, turns: Sequence[Turn], extras: Mapping[str, Any] | None = None) -> Rollout:
         """The environment's own path, at every terminal step: ``turns`` are the episode's, ending with the
-        step being taken. Its example's answers are a tuple of strings and its protocol is resolved already
-        (``QAExample`` and the environment check both), so nothing is converted again."""
-        example = episode.example
-        record = Facts(turns, episode.protocol)
-        return cls(example.question, example.golden_answers, episode.protocol, record, turns, extras)
+        step being taken (the environment scores a step before it appends it)."""
+        example, protocol = episode.example, episode.protocol
+        record = facts(turns, protocol)
+        return cls(example.question, example.golden_answers, protocol, record, record.turns, dict(extras or {}))
 
     @classmethod
     def from_segments(

@@ -12,10 +12,9 @@ actually shown (after clipping), the invalid actions. There is no second extract
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import Literal
 
-from searchenv.lazy import computed_once
 from searchenv.protocol import ParsedAction, Protocol
 from searchenv.types import Passage
 
@@ -31,14 +30,9 @@ Author = Literal["model", "env"]
 SearchStatus = Literal["executed", "failed", "skipped"]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True)
 class Turn:
     """One action and the environment's answer to it: a record, one per action, never changed once appended.
-
-    Read-only by convention rather than ``frozen``: a frozen dataclass pays an ``object.__setattr__`` call per
-    field (three times the cost to build), and a ``NamedTuple``'s fields are read through a descriptor that
-    Python 3.11 does not specialise; a slotted dataclass is the cheapest record to build and to read, and the
-    environment builds one (with its :class:`~searchenv.protocol.ParsedAction`) at every step.
 
     Attributes:
         action: what the parser accepted (``kind``, ``content``, the ``kept`` text, the ``dropped`` rest).
@@ -63,88 +57,68 @@ class Turn:
         return self.search == "executed"
 
 
+@dataclass(frozen=True)
 class Facts:
     """The facts every reward, metric and ``info`` field reads, derived from the turns and nothing else.
 
-    The prediction and the action and search counts, which every terminal step reports, are read when the facts
-    are made; the rest is computed the first time it is read (a terminal step that only needs the prediction
-    does not join the transcript or scan the information blocks) and then kept. The turns are copied, so an
-    episode that goes on does not change facts taken earlier.
+    Built by :func:`facts` (or :meth:`of`); every value is computed when the facts are made — a handful of sums
+    and joins over the turns — so they are plain attributes that compare, copy and pickle as data. The turns are
+    copied, so an episode that goes on does not change facts taken earlier.
 
     Attributes:
+        turns: the turns these facts were read from.
         prediction: the content of the accepted answer, when the final action was one; ``None`` otherwise.
+        searches: the turns whose search ran and was shown (none when searches are not credited).
         num_actions / num_searches / num_failed_searches / num_invalid: counts over the turns; a search that
             failed or was skipped is not a search.
         shown_texts: the body of every information block shown after an executed search, exactly as the model
             saw it (clipped, neutralised): what a retrieval hit is judged on.
         model_text: the model's accepted actions, concatenated (dropped text excluded).
         response: the whole transcript after the prompt: accepted actions and inserted text, in order.
+        response_words: length of :attr:`model_text` in whitespace-separated words (a tokenizer-free length).
     """
 
-    FIELDS: ClassVar[tuple[str, ...]] = (
-        "prediction",
-        "num_actions",
-        "num_searches",
-        "num_failed_searches",
-        "num_invalid",
-        "shown_texts",
-        "model_text",
-        "response",
-    )
+    # The turns are what the facts were read from, not facts: the text path cannot know the passages an
+    # environment returned, so two readings of one transcript compare equal on the facts alone.
+    turns: tuple[Turn, ...] = field(compare=False)
+    prediction: str | None
+    searches: tuple[Turn, ...] = field(compare=False)
+    num_actions: int
+    num_searches: int
+    num_failed_searches: int
+    num_invalid: int
+    shown_texts: tuple[str, ...]
+    model_text: str
+    response: str
+    response_words: int
 
-    def __init__(self, turns: Sequence[Turn], protocol: Protocol, *, credit_searches: bool = True):
-        self._turns = turns = tuple(turns)
-        self._protocol = protocol
-        self._credit = credit_searches
-        # The facts every terminal step reads (the reward, info, the metrics): cheaper set once than looked up.
+    @classmethod
+    def of(cls, turns: Sequence[Turn], protocol: Protocol, *, credit_searches: bool = True) -> Facts:
+        """Read the facts of ``turns``. ``credit_searches=False`` counts no search and no shown text (a bare
+        transcript whose information blocks nobody vouches for)."""
+        turns = tuple(turns)
         final = turns[-1].action if turns else None
-        self.prediction: str | None = final.content if final is not None and final.kind == "answer" else None
-        self.num_actions = len(turns)
-        self._executed = [t for t in turns if t.searched] if credit_searches else []
-        self.num_searches = len(self._executed)
-
-    @property
-    def turns(self) -> tuple[Turn, ...]:
-        """The turns these facts were read from."""
-        return self._turns
-
-    @computed_once
-    def num_failed_searches(self) -> int:
-        return sum(t.search == "failed" for t in self._turns) if self._credit else 0
-
-    @computed_once
-    def num_invalid(self) -> int:
-        return sum(t.action.kind == "invalid" for t in self._turns)
-
-    @computed_once
-    def shown_texts(self) -> tuple[str, ...]:
-        bodies = (self._protocol.information_body(t.observation) for t in self._executed)
-        return tuple(body for body in bodies if body is not None)
-
-    @computed_once
-    def model_text(self) -> str:
-        return "".join(t.action.kept for t in self._turns)
-
-    @computed_once
-    def response(self) -> str:
-        return "".join(t.action.kept + t.observation for t in self._turns)
-
-    def as_tuple(self) -> tuple[Any, ...]:
-        """Every fact, in :attr:`FIELDS` order (computes them all)."""
-        return tuple(getattr(self, name) for name in self.FIELDS)
-
-    def __eq__(self, other: object) -> bool:
-        return self.as_tuple() == other.as_tuple() if isinstance(other, Facts) else NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return "Facts(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS) + ")"
+        searches = tuple(t for t in turns if t.searched) if credit_searches else ()
+        bodies = (protocol.information_body(t.observation) for t in searches)
+        model_text = "".join(t.action.kept for t in turns)
+        return cls(
+            turns=turns,
+            prediction=final.content if final is not None and final.kind == "answer" else None,
+            searches=searches,
+            num_actions=len(turns),
+            num_searches=len(searches),
+            num_failed_searches=sum(t.search == "failed" for t in turns) if credit_searches else 0,
+            num_invalid=sum(t.action.kind == "invalid" for t in turns),
+            shown_texts=tuple(body for body in bodies if body is not None),
+            model_text=model_text,
+            response="".join(t.action.kept + t.observation for t in turns),
+            response_words=len(model_text.split()),
+        )
 
 
 def facts(turns: Sequence[Turn], protocol: Protocol, *, credit_searches: bool = True) -> Facts:
     """Derive :class:`Facts` from turns. ``credit_searches=False`` counts no search and no shown text."""
-    return Facts(turns, protocol, credit_searches=credit_searches)
+    return Facts.of(turns, protocol, credit_searches=credit_searches)
 
 
 def segments_of(turns: Iterable[Turn]) -> list[tuple[Author, str]]:

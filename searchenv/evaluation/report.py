@@ -86,7 +86,7 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "searches": _mean(r["num_searches"] for r in rs),
                 "invalid": _mean(r["num_invalid"] for r in rs),
                 "tokens": _mean(r["response_tokens"] for r in rs),
-                "answer_rate": _mean(float(r["answered"]) for r in rs),
+                "answer_rate": _mean(float(r["end_reason"] == "answer") for r in rs),
                 "judge": _mean(r.get("judge") for r in rs),
             }
         )

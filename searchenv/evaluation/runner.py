@@ -175,8 +175,7 @@ def episode_record(cell: Cell, record_id: str, env: Any, prompt: str, response_t
         "num_searches": episode.num_searches,
         "num_invalid": episode.num_invalid,
         "num_actions": episode.num_actions,
-        "answered": bool(episode.terminated),
-        "truncated": bool(episode.truncated),
+        "end_reason": episode.end_reason,
         "response_tokens": response_tokens,
         "prompt": prompt,
         "segments": [{"author": s.author, "text": s.text} for s in episode.segments],
@@ -225,7 +224,7 @@ def _play_batch(envs: Sequence[Any], policy: Policy, cell: Cell, indices: Sequen
         for j, generation in zip(active, generations):
             tokens[j] += generation.num_tokens
             if generation.finish_reason == "context_full":
-                envs[j].truncate()  # the model's window is full: scored as truncated, like a trainer's length cut
+                envs[j].truncate("context_limit")  # the model's window is full, like a trainer's length cut
             else:
                 stepping.append((j, generation.text))
         if stepping:

@@ -95,7 +95,7 @@ def load_transcripts(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _status(record: Mapping[str, Any]) -> str:
-    if not record.get("answered"):
+    if record.get("end_reason") != "answer":
         return "noanswer"
     return "correct" if record.get("em") == 1 else "wrong"
 
