@@ -3,6 +3,7 @@ BM25 over the generated world and the real QA files in ../shared/data."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -269,3 +270,24 @@ def test_endpoint_policy_against_transformers_serve(transformers_server, smollm2
     assert all("judge" in r for r in records)
     store = TranscriptStore(out_dir / "transcripts.jsonl")
     assert len(store.records) == 4
+
+
+@pytest.mark.slow
+def test_failed_searches_are_not_results_and_are_redone_on_resume(smollm2_dir, tmp_path, monkeypatch, capsys):
+    """Against a dead retriever, eval used to finish with exit 0, a report of zeros, and the failed episodes stored as
+    finished, so the rerun after the fix skipped them and kept the zeros."""
+    out = tmp_path / "run"
+    args = ["eval", "--model", f"smol={smollm2_dir}", *TINY, "--no-agent", "--baselines", "rag"]
+    args += ["--retrievers", "toyworld:switchable_retriever", "--output", str(out)]
+    monkeypatch.setenv("TOYWORLD_RETRIEVER_DOWN", "1")
+    assert main(args) == 1
+    assert "2 of 2 episodes had a search the retriever could not serve" in capsys.readouterr().err
+    assert [r["num_failed_searches"] for r in _records(out)] == [1, 1]
+    (row,) = list(csv.DictReader((out / "metrics.csv").open()))
+    assert (row["n"], row["failed"]) == ("0", "2")  # no zeros reported as EM
+    monkeypatch.setenv("TOYWORLD_RETRIEVER_DOWN", "0")
+    assert main(args) == 0
+    latest = {r["id"]: r for r in _records(out)}  # the rerun appended fresh records for both episodes
+    assert len(_records(out)) == 4 and all(r["num_failed_searches"] == 0 for r in latest.values())
+    (row,) = list(csv.DictReader((out / "metrics.csv").open()))
+    assert (row["n"], row["failed"]) == ("2", "0")

@@ -38,3 +38,21 @@ class ScriptedRetriever:
 class FailingRetriever:
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         raise ConnectionError("retrieval service at http://127.0.0.1:9 refused the connection")
+
+
+def switchable_retriever(corpus, **options):
+    """A retriever factory (``"toyworld:switchable_retriever"``) whose service is down while
+    ``$TOYWORLD_RETRIEVER_DOWN`` is ``1``: a server that died and was restarted at the same address."""
+    import os
+
+    from searchenv.retrievers.random_retriever import RandomRetriever
+
+    engine = RandomRetriever(corpus, seed=0)
+
+    class Switchable:
+        def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+            if os.environ.get("TOYWORLD_RETRIEVER_DOWN") == "1":
+                raise ConnectionError("retrieval service at http://127.0.0.1:9 refused the connection")
+            return engine.search(queries, k)
+
+    return Switchable()

@@ -32,6 +32,7 @@ _ALIASES = {"2wiki": "2wikimultihopqa", "trivia": "triviaqa"}
 #: Summary columns: (key, header, how many decimals).
 METRICS = (
     ("n", "n", 0),
+    ("failed", "failed searches (not counted)", 0),
     ("em", "EM", 3),
     ("f1", "F1", 3),
     ("cem", "cover-EM", 3),
@@ -64,21 +65,28 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
+def _answered(record: Mapping[str, Any]) -> bool:
+    # records written before 0.2.0 say "answered" instead of naming the end reason
+    return record.get("end_reason") == "answer" if "end_reason" in record else bool(record.get("answered"))
+
+
 def summarize(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per (policy, method, retriever, dataset), in first-seen order."""
     groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = defaultdict(list)
     for r in records:
         groups[(r["policy"], r["method"], r["retriever"], r["dataset"])].append(r)
     rows = []
-    for (policy, method, retriever, dataset), rs in groups.items():
+    for (policy, method, retriever, dataset), cell in groups.items():
+        rs = [r for r in cell if not r.get("num_failed_searches")]  # a failed search is not a result
         rows.append(
             {
                 "policy": policy,
                 "method": method,
                 "retriever": retriever,
                 "dataset": dataset,
-                "train_retriever": rs[0].get("train_retriever"),
+                "train_retriever": cell[0].get("train_retriever"),
                 "n": len(rs),
+                "failed": len(cell) - len(rs),
                 "em": _mean(r["em"] for r in rs),
                 "f1": _mean(r["f1"] for r in rs),
                 "cem": _mean(r["cem"] for r in rs),
@@ -86,7 +94,10 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "searches": _mean(r["num_searches"] for r in rs),
                 "invalid": _mean(r["num_invalid"] for r in rs),
                 "tokens": _mean(r["response_tokens"] for r in rs),
-                "answer_rate": _mean(float(r["end_reason"] == "answer") for r in rs),
+                # records written before 0.2.0 say "answered" instead of naming the end reason
+                "answer_rate": _mean(
+                    float(r.get("end_reason", "answer" if r.get("answered") else None) == "answer") for r in rs
+                ),
                 "judge": _mean(r.get("judge") for r in rs),
             }
         )

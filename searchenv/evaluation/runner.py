@@ -100,9 +100,13 @@ class TranscriptStore:
             self.records[key] = record
 
     def done(self, key: tuple[str, ...], settings: Mapping[str, Any]) -> bool:
-        """Whether this episode is already finished — with the same settings (else resuming would mix runs)."""
+        """Whether this episode is already finished — with the same settings (else resuming would mix runs).
+
+        An episode in which a search failed is kept (it is what happened) but is not a result: it is played again
+        on resume, and its newer record replaces it.
+        """
         record = self.records.get(key)
-        if record is None:
+        if record is None or search_failed(record):
             return False
         if record.get("settings") != dict(settings):
             raise ValueError(
@@ -148,6 +152,11 @@ def exclusive_output(folder: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def search_failed(record: Mapping[str, Any]) -> bool:
+    """Whether a search of this episode could not be served: such an episode measures the service, not the model."""
+    return bool(record.get("num_failed_searches"))
+
+
 def episode_record(cell: Cell, record_id: str, env: Any, prompt: str, response_tokens: int) -> dict[str, Any]:
     """Everything reported about one finished episode, read from the environment's episode."""
     episode = env.unwrapped.episode
@@ -173,6 +182,7 @@ def episode_record(cell: Cell, record_id: str, env: Any, prompt: str, response_t
         "cem": parts.get("cem", scores["cem"]),
         "retrieval_hit": float(answer_in_passages(golds, [p.contents for p in retrieved])) if searched else None,
         "num_searches": episode.num_searches,
+        "num_failed_searches": episode.facts.num_failed_searches,
         "num_invalid": episode.num_invalid,
         "num_actions": episode.num_actions,
         "end_reason": episode.end_reason,

@@ -24,7 +24,7 @@ from searchenv.evaluation.checkpoint import REPLAYED, read_run_settings, replay_
 from searchenv.evaluation.evalset import eval_split, subsample
 from searchenv.evaluation.policies import EndpointPolicy, EvalSampling, LocalPolicy, Policy, VLLMPolicy
 from searchenv.evaluation.report import markdown_report, plot_summary, summarize, write_csv
-from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, run_cell
+from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, run_cell, search_failed
 from searchenv.types import QAExample
 
 __all__ = ["DEFAULTS", "ModelSpec", "add_eval_arguments", "retriever_options", "run_eval"]
@@ -129,6 +129,13 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     out = parser.add_argument_group("output")
     out.add_argument("--output", default="runs/eval", help="folder for transcripts.jsonl, report.md, metrics.csv/png")
     out.add_argument("--no-plot", action="store_true")
+    out.add_argument(
+        "--max-failed-share",
+        type=float,
+        default=0.05,
+        help="exit 1 when more than this share of episodes had a search the retriever could not serve (they are "
+        "not counted as results and are played again on resume)",
+    )
     out.add_argument("--report-only", action="store_true", help="rewrite the report from --output's transcripts")
 
 
@@ -313,7 +320,25 @@ def run_eval(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, previous)
         progress.close()
         _write_report(store, output, args.no_plot)
+        return _failure_status(store, args.max_failed_share)
+
+
+def _failure_status(store: TranscriptStore, max_share: float) -> int:
+    """0, or 1 with a summary when too many episodes had a failed search: a dead retriever is not a result."""
+    records = list(store.records.values())
+    failed = [r for r in records if search_failed(r)]
+    if not records or len(failed) <= max_share * len(records):
         return 0
+    cells = sorted({(r["policy"], r["method"], r["retriever"], r["dataset"]) for r in failed})
+    print(
+        f"searchenv eval: {len(failed)} of {len(records)} episodes had a search the retriever could not serve "
+        f"(more than --max-failed-share {max_share:g}); they are not counted as results and will be played again "
+        f"when you rerun this command after fixing the retriever. Cells: "
+        + "; ".join("/".join(c) for c in cells[:8])
+        + (" …" if len(cells) > 8 else ""),
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _run_model(
