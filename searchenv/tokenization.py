@@ -15,6 +15,7 @@ retrieved page therefore cannot end the assistant turn or speak as the user.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -129,33 +130,23 @@ def defuse_special_tokens(text: str, tokenizer: Any) -> str:
 
 
 def _special_strings(tokenizer: Any) -> tuple[str, ...]:
-    cached = getattr(tokenizer, "_searchenv_special_strings", None)
-    if cached is not None:
-        return cached
-    strings = set(getattr(tokenizer, "all_special_tokens", ()) or ())
-    for added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
-        if getattr(added, "special", False):
-            strings.add(str(added))
-    found = tuple(sorted((s for s in strings if len(s) > 1), key=len, reverse=True))
-    try:
-        tokenizer._searchenv_special_strings = found
-    except AttributeError:  # a tokenizer that refuses new attributes: recompute next time
-        pass
-    return found
+    """The tokenizer's special-token strings, longest first."""
+    return _token_strings(tokenizer, special_only=True)
 
 
 def _added_strings(tokenizer: Any) -> tuple[str, ...]:
     """Every added token's string, special or not, longest first (Qwen's ``<tool_call>`` is added, not special)."""
-    cached = getattr(tokenizer, "_searchenv_added_strings", None)
-    if cached is not None:
-        return cached
-    strings = {str(added) for added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values()}
-    found = tuple(sorted((s for s in strings if len(s) > 1), key=len, reverse=True))
-    try:
-        tokenizer._searchenv_added_strings = found
-    except AttributeError:  # a tokenizer that refuses new attributes: recompute next time
-        pass
-    return found
+    return _token_strings(tokenizer, special_only=False)
+
+
+@functools.lru_cache(maxsize=32)
+def _token_strings(tokenizer: Any, special_only: bool) -> tuple[str, ...]:
+    # Cached per tokenizer object: the sets are read for every inserted text, and a tokenizer's vocabulary is fixed.
+    strings = set(getattr(tokenizer, "all_special_tokens", ()) or ()) if special_only else set()
+    for added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if not special_only or getattr(added, "special", False):
+            strings.add(str(added))
+    return tuple(sorted((s for s in strings if len(s) > 1), key=len, reverse=True))
 
 
 def _encode_text(tokenizer: Any, text: str, *, inserted: bool = False, tags: tuple[str, ...] = ()) -> list[int]:
