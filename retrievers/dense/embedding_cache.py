@@ -144,7 +144,7 @@ def embed_corpus(
     encoder: Encoder,
     out_dir: str | os.PathLike[str],
     *,
-    shard_size: int = 8192,
+    shard_size: int = 2048,
     progress: bool = True,
     on_shard: Callable[[int], None] | None = None,
 ) -> ShardedVectors:
@@ -154,8 +154,9 @@ def embed_corpus(
         corpus: the passages (their :meth:`Corpus.search_text`, title + text, is what gets encoded).
         encoder: passage encoder; its :meth:`~Encoder.describe` is recorded and checked on resume.
         out_dir: directory for ``vectors-NNNNN.npy`` and ``manifest.json``; created when missing.
-        shard_size: passages per shard — the most work a kill can lose. A resumed run keeps the shard size
-            recorded by the run that started the directory.
+        shard_size: passages per shard — the most work a kill can lose (2,048: about four minutes of a 2-core
+            CPU with MiniLM, a fraction of a second on a GPU; 21M passages make about 10,000 files). A resumed run
+            keeps the shard size recorded by the run that started the directory.
         progress: show a tqdm bar over passages.
         on_shard: called with the shard number after each shard is safely on disk (progress hooks; tests
             raise from it to simulate a kill).

@@ -251,7 +251,7 @@ def _build(
     use_gpu: bool | None = None,
     search_engine: str = "faiss",
     search_device: str | None = None,
-    shard_size: int = 8192,
+    shard_size: int = 2048,
     progress: bool = True,
     **encoder_options: Any,
 ) -> DenseRetriever:
