@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,8 @@ from verl.workers.rollout.replica import TokenOutput
 import searchenv.adapters
 from searchenv.adapters.rows import AGENT_NAME, PAPER_EVAL, add_parser, episode_env, eval_split, row_example
 from searchenv.adapters.rows import main as verl_data_main
-from searchenv.adapters.verl.agent_loop import SearchEnvAgentLoop, compute_score, merge_server_fields
+from searchenv.adapters.verl import agent_loop as verl_agent_loop
+from searchenv.adapters.verl.agent_loop import SearchEnvAgentLoop, compute_score, env_spans, merge_server_fields
 from searchenv.adapters.verl.launch import LAUNCH_FILES, launch_file
 from searchenv.protocol import PROTOCOLS
 
@@ -325,6 +327,152 @@ def test_custom_reward_function_loads_through_verl(tmp_path):
     score = get_custom_reward_fn(config)
     result = score(data_source="nq", solution_str="<think>x</think>\n<answer>Paris</answer>", ground_truth="Paris")
     assert result["score"] == 1.0 and result["reward/format_ok"] == 1.0
+
+
+# -- compute_score on our agent loop's rollouts, through veRL's reward loop ---------------------------------------
+def reward_loop_score(config, output: AgentLoopOutput, row: dict) -> dict:
+    """Score one agent-loop output with veRL's RewardLoopWorker (its reward manager and custom reward function),
+    handing it the batch AgentLoopWorker._compute_score builds for a trajectory veRL scores: the row's columns and
+    the output's extra_fields as ``tool_extra_fields``."""
+    import torch
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    prompts = torch.tensor([output.prompt_ids], dtype=torch.int64)
+    responses = torch.tensor([output.response_ids], dtype=torch.int64)
+    input_ids = torch.cat([prompts, responses], dim=1)
+    tensors = {"prompts": prompts, "responses": responses, "input_ids": input_ids}
+    non_tensors = {
+        **{key: np.array([value]) for key, value in row.items()},
+        "__num_turns__": np.array([output.num_turns]),
+        "tool_extra_fields": np.array([output.extra_fields], dtype=object),
+    }
+    data = DataProto.from_dict({**tensors, "attention_mask": torch.ones_like(input_ids)}, non_tensors=non_tensors)
+
+    async def score():  # the worker binds the running event loop when it is built, as in its Ray actor
+        return await RewardLoopWorker(config, None).compute_score(data)
+
+    return asyncio.run(score())
+
+
+@pytest.fixture(scope="module")
+def reward_config(qwen_model_dir):
+    """veRL's composed trainer config as the launch script writes it, for a given reward spec."""
+
+    def build(reward: str):
+        config = compose_verl(launcher_overrides("grpo", "smoke", MODEL=str(qwen_model_dir), REWARD=reward))
+        OmegaConf.resolve(config)
+        return config
+
+    return build
+
+
+SEARCH_THEN_WRONG = [
+    "<think>Look up Lilu.</think>\n<search>Lilu mythology</search>",
+    "<think>Sure.</think>\n<answer>a demon</answer>",
+]
+
+
+@pytest.mark.parametrize("reward", ["format-retrieval", "r1-searcher-stage1"])
+def test_reward_loop_credits_the_search_of_an_agent_loop_rollout(
+    reward, reward_config, hotpot_rows, hotpot_options, qwen_tokenizer
+):
+    """A wrong answer after a search whose passages hold the gold ("a spirit"): format-retrieval pays λr, and
+    r1-searcher-stage1 its search term, through veRL's reward worker, as the environment itself paid."""
+    row = hotpot_rows[0]
+    output = run_loop(
+        ScriptedServer(qwen_tokenizer, SEARCH_THEN_WRONG), qwen_tokenizer, row, env={**hotpot_options, "reward": reward}
+    )
+    episode = output.extra_fields["reward_extra_info"]
+    assert episode["reward/retrieval_hit"] == 1.0 and episode["reward/em"] == 0.0  # what the episode earned
+
+    result = reward_loop_score(reward_config(reward), output, row)
+    info = result["reward_extra_info"]
+    assert info["num_searches"] == 1.0 and info["reward/retrieval_hit"] == 1.0
+    assert result["reward_score"] == pytest.approx(output.reward_score)
+    expected = 0.2 + 0.1 if reward == "format-retrieval" else 0.5 + 0.5  # format (+ λr) / search + format
+    assert result["reward_score"] == pytest.approx(expected)
+
+
+def test_env_spans_mark_the_inserted_text_in_verls_decoding(hotpot_rows, hotpot_options, qwen_tokenizer):
+    texts = ["<search>Lilu mythology</search>", "no tag here", "<answer>a demon</answer>"]
+    output = run_loop(ScriptedServer(qwen_tokenizer, texts), qwen_tokenizer, hotpot_rows[0], env=hotpot_options)
+    spans = output.extra_fields["env_spans"]
+    decoded = qwen_tokenizer.decode(output.response_ids, skip_special_tokens=True)  # as veRL's reward managers do
+    observations = replay_observations(hotpot_rows[0], hotpot_options, texts)
+    assert [decoded[start:end] for start, end in spans] == [o for o in observations if o]
+    # A response cut inside an information block: the span ends where the response ends.
+    cut = len(output.response_ids) - len(qwen_tokenizer.encode(texts[-1])) - 3
+    mask = output.response_mask[:cut]
+    assert mask[-1] == 0
+    cut_spans = env_spans(qwen_tokenizer, output.response_ids[:cut], mask)
+    assert cut_spans[:-1] == spans[:-1] and cut_spans[-1][1] == len(
+        qwen_tokenizer.decode(output.response_ids[:cut], skip_special_tokens=True)
+    )
+
+
+def test_env_spans_are_withheld_when_decoding_moves_a_boundary():
+    """A tokenizer that cleans up spaces decodes "Hi " + ". x" as "Hi. x": the prefix "Hi " is not a prefix of the
+    whole, so any span would point one character off; no spans are given (compute_score then warns)."""
+    from transformers import AutoTokenizer
+
+    from searchenv.assets import qwen_tokenizer_dir
+
+    model, env = "Hi ", ". x"
+    for cleanup, expected in ((False, [[3, 6]]), (True, None)):
+        tokenizer = AutoTokenizer.from_pretrained(
+            str(qwen_tokenizer_dir()),
+            clean_up_tokenization_spaces=cleanup,  # transformers ignores it for BPE unless forced:
+            clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output=cleanup,
+        )
+        model_ids, env_ids = (tokenizer.encode(t, add_special_tokens=False) for t in (model, env))
+        mask = [1] * len(model_ids) + [0] * len(env_ids)
+        assert env_spans(tokenizer, model_ids + env_ids, mask) == expected
+
+
+def test_trust_transcript_reaches_compute_score_through_reward_kwargs():
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    response = (
+        "<think>x</think>\n<search>capital of France</search>\n\n<information>Doc 1(Title: France) Its capital is "
+        "Paris.\n</information>\n\n<think>y</think>\n<answer>Lyon</answer>"
+    )
+
+    def score_fn(**reward_kwargs):
+        path = "pkg://searchenv.adapters.verl"
+        function = {"path": path, "name": "compute_score", "reward_kwargs": reward_kwargs}
+        return get_custom_reward_fn(OmegaConf.create({"reward": {"custom_reward_function": function}}))
+
+    trusted = score_fn(reward="format-retrieval", trust_transcript=True)
+    assert trusted(data_source="nq", solution_str=response, ground_truth="Paris", extra_info={})[
+        "score"
+    ] == pytest.approx(0.3)
+    misspelt = score_fn(reward="format-retrieval", trust_transcrit=True)
+    with pytest.raises(TypeError, match=r"\['trust_transcrit'\].*trust_transcript"):
+        misspelt(data_source="nq", solution_str=response, ground_truth="Paris", extra_info={})
+    # every argument veRL's reward managers pass is accepted (the reward-model ones only with a reward model)
+    scored = trusted(
+        data_source="nq",
+        solution_str=response,
+        ground_truth="Paris",
+        extra_info={"num_turns": 3, "rollout_reward_scores": {}},
+        reward_router_address="127.0.0.1:1",
+        reward_model_tokenizer=None,
+    )
+    assert scored["reward/retrieval_hit"] == 1.0
+
+
+def test_retrieval_reward_without_spans_or_trust_warns_once():
+    verl_agent_loop._warn_uncredited.cache_clear()  # once per process: start this process's count here
+    response = "<think>x</think>\n<search>q</search>\n\n<information>Paris</information>\n\n<answer>Lyon</answer>"
+    with pytest.warns(RuntimeWarning, match="trust_transcript") as caught:
+        for _ in range(3):
+            assert compute_score("nq", response, "Paris", reward="r1-searcher-stage1")["num_searches"] == 0.0
+    assert len([w for w in caught if "env_spans" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # with trust, or for a spec that pays no search, nothing is said
+        compute_score("nq", response, "Paris", reward="format-retrieval", trust_transcript=True)
+        compute_score("nq", response, "Paris", reward="em")
 
 
 def test_server_fields_merge_across_turns_as_verls_tool_loop_does():

@@ -30,18 +30,22 @@ there) pointing at a YAML such as
 
 and the ``agent_name`` column that :mod:`searchenv.adapters.rows` writes.
 
-**Reward function: the text path.** :func:`compute_score` scores a decoded response string; it is for rows that do
-not go through this agent loop (veRL's single-turn loop, offline scoring of saved responses from a parquet file):
-``reward.custom_reward_function.path=pkg://searchenv.adapters.verl.agent_loop`` with ``name=compute_score`` and optional
-``reward_kwargs`` (``reward``, ``protocol``). It re-reads tags from text, so it cannot know which searches really ran
-or what the engine returned; episodes played by the agent loop never use it.
+**Reward function: the text path.** :func:`compute_score` scores a decoded response string with a reward spec,
+for whatever veRL asks its reward workers to score: ``reward.custom_reward_function.path=pkg://searchenv.adapters.verl``
+with ``name=compute_score`` and optional ``reward_kwargs`` (``reward``, ``protocol``, ``trust_transcript``). A response
+from this agent loop carries the environment's character spans in ``extra_fields["env_spans"]``, which veRL's reward
+loop merges into ``extra_info``; with them the text is read exactly as the environment read it, so searches and
+retrieved passages are credited. Without them (veRL's single-turn loop, saved responses) the text cannot show who
+wrote an information block, and nothing retrieved is credited unless ``trust_transcript`` is set.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import uuid4
@@ -64,7 +68,36 @@ from searchenv.episode.rollout import Rollout
 from searchenv.reward_specs import load_reward
 from searchenv.tokenization import EpisodeTokens
 
-__all__ = ["SearchEnvAgentLoop", "compute_score", "merge_server_fields"]
+__all__ = ["SearchEnvAgentLoop", "compute_score", "env_spans", "merge_server_fields"]
+
+
+def env_spans(tokenizer: Any, response_ids: Sequence[int], response_mask: Sequence[int]) -> list[list[int]] | None:
+    """``[start, end]`` character spans of the environment's tokens (mask 0) in the response as veRL decodes it.
+
+    veRL's reward managers hand ``compute_score`` ``tokenizer.decode(response_ids, skip_special_tokens=True)``, so
+    the spans are measured in that string: each boundary is the length of the decoded prefix before it. ``None``
+    when a decoded prefix is not a prefix of the whole (a character split across a boundary): the spans would then
+    point into the wrong text, and no spans is the honest answer.
+    """
+    ids = list(response_ids)
+    full = tokenizer.decode(ids, skip_special_tokens=True)
+
+    def offset(k: int) -> int | None:
+        prefix = tokenizer.decode(ids[:k], skip_special_tokens=True)
+        return len(prefix) if full.startswith(prefix) else None
+
+    spans: list[list[int]] = []
+    start = None
+    for k, mask in enumerate([*response_mask, 1]):  # the sentinel closes a final environment run
+        if mask == 0 and start is None:
+            start = k
+        elif mask != 0 and start is not None:
+            begin, end = offset(start), offset(k)
+            if begin is None or end is None:
+                return None
+            spans.append([begin, end])
+            start = None
+    return spans
 
 
 def merge_server_fields(fields: dict[str, Any], turn_fields: Mapping[str, Any]) -> None:
@@ -222,7 +255,13 @@ class SearchEnvAgentLoop(AgentLoopBase):
             num_turns=1 + len(episode.segments),
             reward_score=float(episode.reward),
             metrics=AgentLoopMetrics(**timing, num_preempted=preempted),
-            extra_fields={**server_fields, "reward_extra_info": metrics, "turn_scores": [], "tool_rewards": []},
+            extra_fields={
+                **server_fields,
+                "reward_extra_info": metrics,
+                "turn_scores": [],
+                "tool_rewards": [],
+                "env_spans": env_spans(self.tokenizer, built.response_ids[:n], built.loss_mask[:n]),
+            },
         )
 
 
@@ -239,6 +278,25 @@ def _reward_spec(name: str) -> Any:
     return load_reward(name)
 
 
+# Formulas whose reward depends on what was searched and retrieved; the text path credits neither without spans
+# or trust, so scoring them that way is almost always a configuration mistake.
+_RETRIEVAL_FORMULAS = frozenset({"format_retrieval", "r1_searcher_stage1", "r_search"})
+
+
+@functools.cache
+def _warn_uncredited(spec_name: str) -> None:
+    """Once per process and spec: the reward will never pay for a search."""
+    warnings.warn(
+        f"compute_score: reward spec {spec_name!r} pays for searches and retrieved passages, but this response came "
+        "without the environment's env_spans (they come with responses of searchenv's agent loop through veRL's "
+        "reward loop) and trust_transcript is off, so no search is credited. Play episodes with the "
+        "searchenv_agent loop, or set reward.custom_reward_function.reward_kwargs.trust_transcript=true if the "
+        "environment wrote every information block of these responses",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 def compute_score(
     data_source: str,
     solution_str: str,
@@ -246,33 +304,59 @@ def compute_score(
     extra_info: Mapping[str, Any] | None = None,
     reward: str = "em",
     protocol: str = "search-r1",
-    **kwargs: Any,
+    trust_transcript: bool = False,
+    reward_router_address: str | None = None,
+    reward_model_tokenizer: Any = None,
+    **unknown: Any,
 ) -> dict[str, float]:
-    """veRL's reward-function signature, scored by a searchenv reward spec from the response text (the text path).
-
-    Only for responses that did not come from :class:`SearchEnvAgentLoop` (whose episodes carry their own score):
-    the searches and retrieved passages are read back from the text, not from what an environment executed.
+    """veRL's reward-function signature, scored by a searchenv reward spec from the response text.
 
     Args:
         data_source: the row's data source (unused; every source is scored the same way).
         solution_str: the decoded response: model turns and inserted information blocks, without the prompt.
         ground_truth: ``{"target": [...]}`` (Search-R1), a plain string, or a list of strings.
-        extra_info: the row's ``extra_info``; its ``question`` is passed to specs that use it.
+        extra_info: the row's ``extra_info`` (its ``question`` is passed to specs that use it), with veRL's reward
+            loop adding the agent loop's ``extra_fields``: ``env_spans`` (:func:`env_spans`) marks the text the
+            environment inserted, so searches and passages are read as the environment recorded them.
         reward: reward spec name or spec file path (set it with ``custom_reward_function.reward_kwargs``).
         protocol: the tag protocol of the responses.
+        trust_transcript: without ``env_spans``, credit every information block as the environment's (only for
+            responses known to come from the environment; a model could write one itself).
+        reward_router_address, reward_model_tokenizer: passed by veRL's reward loop when a reward model is
+            served; unused.
 
     Returns:
         ``{"score": reward, **metrics}``: veRL's ``score`` and the episode metrics under the names every adapter
         logs (:func:`~searchenv.episode.episode.metrics_of`: ``reward/em``, ``num_searches``, ...); veRL logs
         every key.
+
+    Raises:
+        TypeError: for a keyword argument it does not know (a misspelt ``reward_kwargs`` key would else be lost).
     """
+    if unknown:
+        raise TypeError(
+            f"compute_score got unknown keyword argument(s) {sorted(unknown)}; it accepts {list(_ACCEPTED)} "
+            "(reward, protocol and trust_transcript are set with reward.custom_reward_function.reward_kwargs)"
+        )
+    info = plain(extra_info) or {}
+    spans = info.get("env_spans")
+    spec = _reward_spec(reward)
+    if spans is None and not trust_transcript and getattr(spec, "formula", None) in _RETRIEVAL_FORMULAS:
+        _warn_uncredited(spec.name)
     rollout = Rollout.from_text(
         solution_str,
         golden_answers(plain(ground_truth)),
         protocol=protocol,
-        question=str((plain(extra_info) or {}).get("question") or ""),
+        question=str(info.get("question") or ""),
+        env_spans=None if spans is None else [(int(start), int(end)) for start, end in spans],
+        trust_transcript=bool(trust_transcript),
     )
-    result = _reward_spec(reward)(rollout)
+    result = spec(rollout)
     # No environment ended this text: an accepted answer is the only end reason it can show.
     end_reason = "answer" if rollout.prediction is not None else None
     return {"score": float(result.reward), **metrics_of(rollout.facts, result.reward, result.parts, end_reason)}
+
+
+_ACCEPTED = tuple(
+    name for name, p in inspect.signature(compute_score).parameters.items() if p.kind is not p.VAR_KEYWORD
+)
