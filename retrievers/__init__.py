@@ -136,6 +136,7 @@ REMOTE_OPTIONS: dict[str, type] = {
     "token": str,
     "pool_size": int,
     "seed": int,
+    "check_on_start": bool,
 }
 
 

@@ -423,9 +423,8 @@ def build_retriever(
 
     def build() -> Retriever:
         built = make_retriever(retriever, None if is_url else load_corpus(corpus, shared=shared), **options)
-        check_reachable = getattr(built, "check_reachable", None)
-        if check_reachable is not None:  # a service: make sure it is there before any episode waits on it
-            check_reachable()
+        if getattr(built, "check_on_start", False):  # a service: make sure it is there before any episode waits
+            built.check_reachable()
         return built
 
     if isinstance(corpus_key, (str, os.PathLike)) and corpus_key != "world":

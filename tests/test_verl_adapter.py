@@ -239,7 +239,9 @@ def test_concurrent_episodes_share_one_retriever(hotpot_rows, hotpot_options, qw
 
 
 def test_failed_search_is_observed_and_the_episode_goes_on(hotpot_rows, qwen_tokenizer):
-    dead = {"retriever": "http://127.0.0.1:9", "retriever_options": {"retries": 0, "timeout": 2.0}}
+    # a service that died after the environment was built (a dead URL at build time fails at once, with the fix)
+    options = {"retries": 0, "timeout": 2.0, "check_on_start": False}
+    dead = {"retriever": "http://127.0.0.1:9", "retriever_options": options}
     texts = ["<search>Christopher Nolan</search>", "<answer>yes</answer>"]
     server = ScriptedServer(qwen_tokenizer, texts, logprobs=False)
     output = run_loop(server, qwen_tokenizer, hotpot_rows[1], env=dead)

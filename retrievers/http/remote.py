@@ -86,6 +86,8 @@ class RemoteRetriever:
         token: bearer token; ``None`` reads ``$SEARCHENV_SERVE_TOKEN`` (unset: no header).
         pool_size: most pooled connections, and threads serving :meth:`asearch`, per client.
         seed: seeds the backoff jitter (retrieved passages never depend on it).
+        check_on_start: whether the composition root (``gym.make``, the CLI, the trainers) calls
+            :meth:`check_reachable` when it builds this client; ``False`` for a service started after the env.
     """
 
     name = "remote"
@@ -104,6 +106,7 @@ class RemoteRetriever:
         token: str | None = None,
         pool_size: int = 64,
         seed: int | None = None,
+        check_on_start: bool = True,
     ):
         if on_error not in ("raise", "empty"):
             raise ValueError(f"on_error must be 'raise' or 'empty', got {on_error!r}")
@@ -125,6 +128,7 @@ class RemoteRetriever:
         self.token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
         self.pool_size = int(pool_size)
         self.seed = seed
+        self.check_on_start = bool(check_on_start)
         self._init_transient()
 
     def _init_transient(self) -> None:
