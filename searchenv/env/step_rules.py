@@ -238,33 +238,32 @@ def read_search(outcome: object, queries: Sequence[str], retriever: Retriever, r
         return [_message(error)] * len(queries)
     found: list[Found] = []
     for query, passages in zip(queries, outcome):  # type: ignore[call-overload]
-        breach = _contract_breach(passages, query, retriever)
-        if breach is None:
+        wrong = _wrong_part(passages)
+        if wrong is None:
             found.append(passages if isinstance(passages, list) else list(passages))
-        elif raise_errors:
+            continue
+        breach = TypeError(
+            f"{type(retriever).__name__}.search returned {wrong} for the query {query[:80]!r}; it must return "
+            "searchenv.Passage objects (id, title, text as str), one list of them per query"
+        )
+        if raise_errors:
             raise breach
-        else:
-            found.append(_message(breach))
+        found.append(_message(breach))
     return found
 
 
-def _contract_breach(passages: object, query: str, retriever: Retriever) -> TypeError | None:
-    """Why one query's result breaks the retriever contract, or ``None`` when it keeps it."""
-    where = f"{type(retriever).__name__}.search returned"
-    fix = "it must return searchenv.Passage objects (id, title, text as str)"
+def _wrong_part(passages: object) -> str | None:
+    """The part of one query's result that breaks the contract, in words; ``None`` when none does."""
     if not isinstance(passages, (list, tuple)):
-        return TypeError(f"{where} a {type(passages).__name__} for the query {query[:80]!r}; {fix}, a list per query")
+        return f"a {type(passages).__name__}"
     for p in passages:
         if not isinstance(p, Passage):
-            return TypeError(f"{where} a {type(p).__name__} for the query {query[:80]!r}; {fix}")
-        for name in ("id", "title", "text"):
-            value = getattr(p, name)
-            if not isinstance(value, str):
-                kind = type(value).__name__
-                return TypeError(f"{where} a Passage whose {name} is {kind} for the query {query[:80]!r}; {fix}")
-        if p.stored_contents is not None and not isinstance(p.stored_contents, str):
-            kind = type(p.stored_contents).__name__
-            return TypeError(f"{where} a Passage whose stored_contents is {kind} for the query {query[:80]!r}; {fix}")
+            return f"a {type(p).__name__}"
+        if not (isinstance(p.id, str) and isinstance(p.title, str) and isinstance(p.text, str)):
+            name = next(name for name in ("id", "title", "text") if not isinstance(getattr(p, name), str))
+            return f"a Passage whose {name} is {type(getattr(p, name)).__name__}"
+        if not (p.stored_contents is None or isinstance(p.stored_contents, str)):
+            return f"a Passage whose stored_contents is {type(p.stored_contents).__name__}"
     return None
 
 
