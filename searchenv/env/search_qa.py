@@ -267,8 +267,8 @@ class SearchQAEnv(gym.Env[str, str]):
         found: list[Passage] | str | None = None
         if plan.query is not None:
             golds = [episode.example.golden_answers]
-            searched = run_search(self.retriever, [plan.query], self.topk, self.on_retrieval_error == "raise", golds)
-            found = searched if isinstance(searched, str) else searched[0]
+            raises = self.on_retrieval_error == "raise"
+            (found,) = run_search(self.retriever, [plan.query], self.topk, raises, golds)
         return self.apply_step(step_outcome(self, episode, plan, found))
 
     def apply_step(self, outcome: StepOutcome) -> StepResult:

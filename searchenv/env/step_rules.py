@@ -5,7 +5,10 @@ A step has three phases, kept apart so that a batch can run each phase for every
 1. *Plan* (:func:`plan_step`): read and check the action; nothing changes yet, so misuse raises before any
    episode of a batch moves.
 2. *Search* (:func:`run_search`, :func:`read_search`): one engine call for the queries of a (retriever, k);
-   a failure becomes the message the searching episodes are shown, or is raised, as the env was told.
+   a failure becomes the message the searching episodes are shown, or is raised, as the env was told. A failure
+   stays the failing episode's: a failed call is searched again in halves until the queries that cause it stand
+   alone, unless the service itself is down (:func:`isolates` has the rule), and what an engine returns is
+   checked, so a contract breach is a failed search of the query it concerns, not an exception out of ``step``.
 3. *Outcome* (:func:`step_outcome`), then *apply* (:func:`apply_outcome`): the new turn, observation, info
    and, on the terminal step, the reward are computed first and only then written to the episode, so a reward
    spec that raises leaves every episode of the batch as it was.
@@ -13,6 +16,7 @@ A step has three phases, kept apart so that a batch can run each phase for every
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -22,9 +26,11 @@ from searchenv.episode.rollout import RewardResult, Rollout
 from searchenv.episode.turns import Facts, Turn
 from searchenv.protocol import ParsedAction, parse_action
 from searchenv.protocol import Protocol as ActionProtocol
+from searchenv.retrievers.http.retry import RetrievalUnavailable
 from searchenv.types import Passage, Retriever
 
 __all__ = [
+    "Found",
     "StepOutcome",
     "StepPlan",
     "StepResult",
@@ -32,11 +38,19 @@ __all__ = [
     "apply_outcome",
     "clip_passages",
     "plan_step",
+    "SERVICE_DOWN_KINDS",
+    "arun_search",
+    "isolates",
     "read_search",
     "run_search",
+    "service_down",
     "search_options",
     "step_outcome",
 ]
+
+
+#: What one query's search came to: its passages, or the message of its failure (see :func:`read_search`).
+Found = list[Passage] | str
 
 
 class StepResult(NamedTuple):
@@ -116,42 +130,146 @@ def search_options(retriever: Retriever, golds: Sequence[Sequence[str]]) -> dict
 
 def run_search(
     retriever: Retriever, queries: Sequence[str], k: int, raise_errors: bool, golds: Sequence[Sequence[str]] = ()
-) -> list[list[Passage]] | str:
-    """One ``search`` call, read by :func:`read_search`: the passages per query, or the failure's message.
+) -> list[Found]:
+    """``search`` for ``queries`` in one call, read by :func:`read_search`: per query, its passages or the message
+    of its failure. A failure that may be one query's own is narrowed down to the queries that cause it (see
+    :func:`isolates`); ``golds`` are the searching episodes' gold answers, handed only to engines that ask."""
+    outcome = _call(retriever, queries, k, golds)
+    if isolates(outcome, len(queries), raise_errors):
+        half = len(queries) // 2
+        return run_search(retriever, queries[:half], k, False, golds[:half]) + run_search(
+            retriever, queries[half:], k, False, golds[half:]
+        )
+    return read_search(outcome, queries, retriever, raise_errors)
 
-    ``golds`` are the searching episodes' gold answers, handed only to engines that ask for them."""
+
+async def arun_search(
+    retriever: Retriever, queries: Sequence[str], k: int, raise_errors: bool, golds: Sequence[Sequence[str]] = ()
+) -> list[Found]:
+    """:func:`run_search` for event loops: ``asearch`` is awaited where the engine has one (the HTTP client), any
+    other engine's ``search`` runs in a worker thread; the halves of a failed call are searched concurrently."""
+    outcome = await _acall(retriever, queries, k, golds)
+    if isolates(outcome, len(queries), raise_errors):
+        half = len(queries) // 2
+        first, second = await asyncio.gather(
+            arun_search(retriever, queries[:half], k, False, golds[:half]),
+            arun_search(retriever, queries[half:], k, False, golds[half:]),
+        )
+        return first + second
+    return read_search(outcome, queries, retriever, raise_errors)
+
+
+def _call(retriever: Retriever, queries: Sequence[str], k: int, golds: Sequence[Sequence[str]]) -> object:
     try:
-        outcome: object = retriever.search(list(queries), k, **search_options(retriever, golds))
-    except Exception as exc:  # noqa: BLE001 - shown to the episodes or raised, as read_search decides
-        outcome = exc
-    return read_search(outcome, len(queries), retriever, raise_errors)
+        return retriever.search(list(queries), k, **search_options(retriever, golds))
+    except Exception as exc:  # noqa: BLE001 - isolated, shown to the episodes or raised, as the caller decides
+        return exc
 
 
-def read_search(outcome: object, n: int, retriever: Retriever, raise_errors: bool) -> list[list[Passage]] | str:
-    """What ``search`` returned for ``n`` queries (or the exception it raised) as passages per query, or as the
-    message the searching episodes see when it failed (raised instead when ``raise_errors``).
+async def _acall(retriever: Retriever, queries: Sequence[str], k: int, golds: Sequence[Sequence[str]]) -> object:
+    options = search_options(retriever, golds)
+    asearch = getattr(retriever, "asearch", None)
+    try:
+        if asearch is not None:
+            return await asearch(list(queries), k, **options)
+        return await asyncio.to_thread(retriever.search, list(queries), k, **options)
+    except Exception as exc:  # noqa: BLE001 - as in _call
+        return exc
 
-    A result of the wrong shape is a failure of the engine. A client told to return empty results on failure
-    (``RemoteRetriever(on_error="empty")``) marks them: the search still failed, and is recorded as such, not as
-    a search that found nothing. A failed search does not count as a search.
+
+def _failure(outcome: object) -> BaseException | None:
+    """The error of a failed call: the exception it raised, or the one a client's marked empty result carries."""
+    if isinstance(outcome, BaseException):
+        return outcome
+    marked = getattr(outcome, "retrieval_error", None)
+    return marked if isinstance(marked, BaseException) else None
+
+
+#: The HTTP clients' failure kinds that say the service is away or refuses everyone, not that a query is bad.
+SERVICE_DOWN_KINDS = frozenset({"unreachable", "timeout", "overloaded", "unauthorized"})
+
+
+def service_down(error: BaseException) -> bool:
+    """Whether ``error`` says the whole service cannot answer: ``RetrievalUnavailable`` of a kind in
+    :data:`SERVICE_DOWN_KINDS` (the HTTP clients, after their retry window), or Python's ``ConnectionError`` /
+    ``TimeoutError`` (what a custom client raises when its backend is away)."""
+    if isinstance(error, RetrievalUnavailable):
+        return error.kind in SERVICE_DOWN_KINDS
+    return isinstance(error, (ConnectionError, TimeoutError))
+
+
+def isolates(outcome: object, n: int, raise_errors: bool) -> bool:
+    """Whether a call's failure is searched again in halves to find the queries that cause it.
+
+    The rule: one query that makes a shared engine raise (or that an HTTP body cannot carry) must not fail the
+    other episodes of the batch. So a call of more than one query that failed is split in two and each half
+    searched again, recursively, until the failing queries stand alone: ``b`` bad queries among ``n`` cost
+    O(b·log n) extra calls, and a batch without failures keeps its single call. A service that is down is not
+    searched again query by query — that would turn one retry window (60 s for the HTTP client) into ``n`` —
+    so a failure :func:`service_down` recognises fails the whole call at once. Under
+    ``on_retrieval_error="raise"`` the first failure is raised as it is.
     """
-    if not isinstance(outcome, BaseException):
-        if not isinstance(outcome, list) or len(outcome) != n:
-            size = len(outcome) if hasattr(outcome, "__len__") else "?"
-            outcome = RuntimeError(
-                f"{type(retriever).__name__}.search returned {type(outcome).__name__} of length {size} for {n} "
-                "queries; it must return one list per query"
-            )
-        else:
-            marked = getattr(outcome, "retrieval_error", None)
-            if marked is None:
-                return outcome
-            outcome = marked
-    assert isinstance(outcome, BaseException)
-    if raise_errors:
-        raise outcome
-    detail = getattr(outcome, "detail", None)
-    return f"{type(outcome).__name__}: {outcome}" + (f" ({detail})" if detail else "")
+    if n < 2 or raise_errors:
+        return False
+    error = _failure(outcome)
+    return error is not None and not service_down(error)
+
+
+def read_search(outcome: object, queries: Sequence[str], retriever: Retriever, raise_errors: bool) -> list[Found]:
+    """What ``search`` returned for ``queries`` (or the exception it raised) as, per query, its passages or the
+    message its episode sees when the search failed (raised instead when ``raise_errors``).
+
+    What an engine returns is checked against the contract: one list per query, of :class:`Passage` objects
+    with ``str`` fields. A breach is a failed search whose message names the engine and the fix — of every
+    query when the whole answer has the wrong shape, of one query when only its list is wrong. A client told to
+    return empty results on failure (``RemoteRetriever(on_error="empty")``) marks them: the search still failed,
+    and is recorded as such, not as a search that found nothing. A failed search does not count as a search.
+    """
+    error = _failure(outcome)
+    if error is None and (not isinstance(outcome, list) or len(outcome) != len(queries)):
+        size = len(outcome) if hasattr(outcome, "__len__") else "?"
+        error = TypeError(
+            f"{type(retriever).__name__}.search returned {type(outcome).__name__} of length {size} for "
+            f"{len(queries)} queries; it must return one list per query"
+        )
+    if error is not None:
+        if raise_errors:
+            raise error
+        return [_message(error)] * len(queries)
+    found: list[Found] = []
+    for query, passages in zip(queries, outcome):  # type: ignore[call-overload]
+        wrong = _wrong_part(passages)
+        if wrong is None:
+            found.append(passages if isinstance(passages, list) else list(passages))
+            continue
+        breach = TypeError(
+            f"{type(retriever).__name__}.search returned {wrong} for the query {query[:80]!r}; it must return "
+            "searchenv.Passage objects (id, title, text as str), one list of them per query"
+        )
+        if raise_errors:
+            raise breach
+        found.append(_message(breach))
+    return found
+
+
+def _wrong_part(passages: object) -> str | None:
+    """The part of one query's result that breaks the contract, in words; ``None`` when none does."""
+    if not isinstance(passages, (list, tuple)):
+        return f"a {type(passages).__name__}"
+    for p in passages:
+        if not isinstance(p, Passage):
+            return f"a {type(p).__name__}"
+        if not (isinstance(p.id, str) and isinstance(p.title, str) and isinstance(p.text, str)):
+            name = next(name for name in ("id", "title", "text") if not isinstance(getattr(p, name), str))
+            return f"a Passage whose {name} is {type(getattr(p, name)).__name__}"
+        if not (p.stored_contents is None or isinstance(p.stored_contents, str)):
+            return f"a Passage whose stored_contents is {type(p.stored_contents).__name__}"
+    return None
+
+
+def _message(error: BaseException) -> str:
+    detail = getattr(error, "detail", None)
+    return f"{type(error).__name__}: {error}" + (f" ({detail})" if detail else "")
 
 
 def step_outcome(

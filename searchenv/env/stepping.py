@@ -3,7 +3,8 @@
 A batch step runs the phases of :mod:`.step_rules` for the whole batch, one phase at a time. *Plan*: every
 action is read and checked; a bad action (wrong type, an ended episode, the same environment twice) raises
 before any episode changes. *Search*: the pending queries are grouped by (retriever, k) and each group is one
-``Retriever.search`` call (``asearch`` for the async variant). *Outcome*, then *apply*: each episode's new
+``Retriever.search`` call (``asearch`` for the async variant); only a call that fails is searched again, in
+halves, to find the queries that fail. *Outcome*, then *apply*: each episode's new
 turn, observation and, on the terminal step, its reward are computed for the whole batch and only then
 applied. So a step either happens to every episode of the batch or to none of them, and a trainer that
 retries a failed batch never counts an action twice.
@@ -12,41 +13,30 @@ retries a failed batch never counts an action twice.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from searchenv.env.search_qa import SearchQAEnv
-from searchenv.env.step_rules import (
-    StepPlan,
-    StepResult,
-    plan_step,
-    read_search,
-    run_search,
-    search_options,
-    step_outcome,
-)
-from searchenv.types import Passage
+from searchenv.env.step_rules import Found, StepPlan, StepResult, arun_search, plan_step, run_search, step_outcome
 
 __all__ = ["step_batch", "step_batch_async"]
-
-#: Per episode of a batch: its search's passages, or the message of the failed search (see ``read_search``).
-Found = dict[int, list[Passage] | str]
 
 
 def step_batch(envs: Sequence[Any], actions: Sequence[str]) -> list[StepResult]:
     """Step several episodes at once with one ``search`` call per distinct (retriever, k); all or nothing.
 
-    A retriever that raises does not take the batch down: with ``on_retrieval_error="observe"`` the searching
-    episodes are shown the protocol's short "search unavailable" block and get ``info["retrieval_error"]``;
-    the failed search does not count as a search.
+    A retriever that raises does not take the batch down: with ``on_retrieval_error="observe"`` the episodes
+    whose search failed are shown the protocol's short "search unavailable" block and get
+    ``info["retrieval_error"]``; the failed search does not count as a search. One bad query fails only its own
+    episode: the failed call is searched again in halves until it stands alone (see
+    :func:`~searchenv.env.step_rules.isolates`; a service that is down fails the whole call at once).
     """
     unwrapped, plans = _plan_all(envs, actions)
-    found: Found = {}
+    found: dict[int, Found] = {}
     for group in _search_groups(unwrapped, plans):
         env = unwrapped[group[0]]
         queries, golds = [plans[i].query for i in group], _golds(unwrapped, group)
-        searched = run_search(env.retriever, queries, env.topk, _raises(unwrapped, group), golds)
-        _spread(found, group, searched)
+        found.update(zip(group, run_search(env.retriever, queries, env.topk, _raises(unwrapped, group), golds)))
     return _apply_all(unwrapped, plans, found)
 
 
@@ -58,20 +48,18 @@ async def step_batch_async(envs: Sequence[Any], actions: Sequence[str]) -> list[
     unwrapped, plans = _plan_all(envs, actions)
     groups = _search_groups(unwrapped, plans)
 
-    async def search(group: list[int]) -> Any:
+    def search(group: list[int]) -> Coroutine[Any, Any, list[Found]]:
         env = unwrapped[group[0]]
         queries = [plans[i].query for i in group]
-        options = search_options(env.retriever, _golds(unwrapped, group))
-        asearch = getattr(env.retriever, "asearch", None)
-        if asearch is not None:
-            return await asearch(queries, env.topk, **options)
-        return await asyncio.to_thread(env.retriever.search, queries, env.topk, **options)
+        return arun_search(env.retriever, queries, env.topk, _raises(unwrapped, group), _golds(unwrapped, group))
 
-    outcomes = await asyncio.gather(*(search(group) for group in groups), return_exceptions=True)
-    found: Found = {}
-    for group, outcome in zip(groups, outcomes):
-        retriever = unwrapped[group[0]].retriever
-        _spread(found, group, read_search(outcome, len(group), retriever, _raises(unwrapped, group)))
+    # every search ends before an error of one is raised, so none runs on unwatched after the step returns
+    searched = await asyncio.gather(*(search(group) for group in groups), return_exceptions=True)
+    found: dict[int, Found] = {}
+    for group, results in zip(groups, searched):
+        if isinstance(results, BaseException):
+            raise results
+        found.update(zip(group, results))
     return _apply_all(unwrapped, plans, found)
 
 
@@ -111,14 +99,6 @@ def _raises(envs: Sequence[SearchQAEnv], group: list[int]) -> bool:
     return any(envs[i].on_retrieval_error == "raise" for i in group)
 
 
-def _spread(found: Found, group: list[int], searched: list[list[Passage]] | str) -> None:
-    """Hand each episode of a group its own passages, or every one of them the failure's message."""
-    if isinstance(searched, str):
-        found.update(dict.fromkeys(group, searched))
-    else:
-        found.update(zip(group, searched))
-
-
-def _apply_all(envs: Sequence[SearchQAEnv], plans: Sequence[StepPlan], found: Found) -> list[StepResult]:
+def _apply_all(envs: Sequence[SearchQAEnv], plans: Sequence[StepPlan], found: dict[int, Found]) -> list[StepResult]:
     outcomes = [step_outcome(env, env.episode, plan, found.get(i)) for i, (env, plan) in enumerate(zip(envs, plans))]
     return [env.apply_step(outcome) for env, outcome in zip(envs, outcomes)]
