@@ -16,7 +16,7 @@ import pytest
 
 import searchenv
 from searchenv.cli.arguments import ENV_ARGUMENT_NAMES, add_env_arguments, env_kwargs
-from searchenv.cli.main import main
+from searchenv.cli.main import COMMANDS, build_parser, main
 from searchenv.components import build_reward
 
 
@@ -271,3 +271,12 @@ def test_paper_switches_the_trainers_defaults_in_help_too(capsys):
             main(argv)
         text = " ".join(capsys.readouterr().out.split())
         assert f"--topk TOPK passages per search {expected}" in text, argv
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_builds_its_own_parser(name):
+    """Commands that share a register function (eval, eval-data, view) must build whichever of them runs."""
+    parser = build_parser([name])
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args([name, "--help"])
+    assert exited.value.code == 0

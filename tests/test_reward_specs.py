@@ -248,8 +248,8 @@ def test_r_search_without_answerer_fails_at_load() -> None:
         ({"formula": "outcome", "metric": "bleu"}, r"metric must be one of \['em', 'f1', 'cem'\]"),
         ({"metric": "em"}, "no 'formula' key; choose one of"),
         ({"formula": "exact"}, r"unknown reward formula 'exact'; choose one of \['format', 'format_retrieval'"),
-        ({"formula": "r_search", "answerer": "lexical_overlap"}, "answerer must be 'module:attr'"),
-        ({"formula": "r_search", "answerer": "no_such_module_x:f"}, "cannot import answerer"),
+        ({"formula": "r_search", "answerer": "lexical_overlap"}, "answerer must be 'package.module:attr'"),
+        ({"formula": "r_search", "answerer": "no_such_module_x:f"}, "cannot import module 'no_such_module_x'"),
         ({"formula": "r_search", "answerer": "searchenv.reward_specs.loader:REWARD_SPECS"}, "is not callable"),
         (
             {"formula": "r_search", "answerer": LEXICAL, "answerer_options": {"a": 1}},

@@ -92,12 +92,13 @@ def build_parser(load: Iterable[str] = ()) -> argparse.ArgumentParser:
     unknown = wanted - set(COMMANDS)
     if unknown:
         raise ValueError(f"no searchenv command {sorted(unknown)}; the commands are {list(COMMANDS)}")
+    # The wanted commands first: a register function may add its siblings too (eval, eval-data and view share one),
+    # so a sibling must not be listed as a stub before it.
+    for name in (n for n in COMMANDS if n in wanted):
+        if name not in commands.choices:
+            load_attr(COMMANDS[name].register, f"searchenv command {name!r}")(commands)
     for name, command in COMMANDS.items():
-        if name in commands.choices:
-            continue  # registered with a sibling that shares its module
-        if name in wanted:
-            load_attr(command.register, f"searchenv command {name!r}")(commands)
-        else:
+        if name not in commands.choices:
             commands.add_parser(name, help=command.summary, add_help=False)
     return parser
 
