@@ -119,6 +119,9 @@ class _Formula:
     """Shared shape of a formula: its name, a description, and ``__call__`` from rollout to result."""
 
     formula: ClassVar[str]
+    #: Whether the reward depends on what was searched and retrieved (the text path credits neither without the
+    #: environment's spans or ``trust_transcript``).
+    reads_retrieval: ClassVar[bool] = False
     name: str = ""
     description: str = ""
 
@@ -190,6 +193,7 @@ class FormatRetrievalReward(FormatReward):
     """
 
     formula: ClassVar[str] = "format_retrieval"
+    reads_retrieval: ClassVar[bool] = True
     lambda_r: float = 0.1
 
     def __post_init__(self) -> None:
@@ -210,6 +214,7 @@ class R1SearcherStage1(_Formula):
     """R1-Searcher stage 1: learn to call retrieval and keep the format; the answer is not rewarded yet."""
 
     formula: ClassVar[str] = "r1_searcher_stage1"
+    reads_retrieval: ClassVar[bool] = True
     retrieval_reward: float = 0.5
     format_reward: float = 0.5
 
@@ -286,6 +291,7 @@ class RSearchReward(_Formula):
     """
 
     formula: ClassVar[str] = "r_search"
+    reads_retrieval: ClassVar[bool] = True
     metric: str = "f1"
     gamma_e: float = 0.2
     gamma_a: float = 0.2

@@ -278,11 +278,6 @@ def _reward_spec(name: str) -> Any:
     return load_reward(name)
 
 
-# Formulas whose reward depends on what was searched and retrieved; the text path credits neither without spans
-# or trust, so scoring them that way is almost always a configuration mistake.
-_RETRIEVAL_FORMULAS = frozenset({"format_retrieval", "r1_searcher_stage1", "r_search"})
-
-
 @functools.cache
 def _warn_uncredited(spec_name: str) -> None:
     """Once per process and spec: the reward will never pay for a search."""
@@ -341,7 +336,8 @@ def compute_score(
     info = plain(extra_info) or {}
     spans = info.get("env_spans")
     spec = _reward_spec(reward)
-    if spans is None and not trust_transcript and getattr(spec, "formula", None) in _RETRIEVAL_FORMULAS:
+    # A spec that pays for searches scored without spans or trust never pays them: almost always a mistake.
+    if spans is None and not trust_transcript and getattr(spec, "reads_retrieval", False):
         _warn_uncredited(spec.name)
     rollout = Rollout.from_text(
         solution_str,
