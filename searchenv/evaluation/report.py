@@ -65,6 +65,12 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
+def search_failed(record: Mapping[str, Any]) -> bool:
+    """Whether a search of this episode could not be served: such an episode measures the service, not the model,
+    so it is no result (the runner plays it again on resume)."""
+    return bool(record.get("num_failed_searches"))
+
+
 def _answered(record: Mapping[str, Any]) -> bool:
     # records written before 0.2.0 say "answered" instead of naming the end reason
     return record.get("end_reason") == "answer" if "end_reason" in record else bool(record.get("answered"))
@@ -77,7 +83,7 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         groups[(r["policy"], r["method"], r["retriever"], r["dataset"])].append(r)
     rows = []
     for (policy, method, retriever, dataset), cell in groups.items():
-        rs = [r for r in cell if not r.get("num_failed_searches")]  # a failed search is not a result
+        rs = [r for r in cell if not search_failed(r)]
         rows.append(
             {
                 "policy": policy,

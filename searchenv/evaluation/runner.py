@@ -23,6 +23,7 @@ from typing import Any
 
 from searchenv.evaluation.baselines import forced_first_action, method_budget, method_protocol
 from searchenv.evaluation.policies import Context, Policy
+from searchenv.evaluation.report import search_failed
 from searchenv.protocol import get_protocol
 from searchenv.reward_specs.metrics import answer_in_passages, answer_scores
 from searchenv.types import QAExample, Retriever
@@ -150,11 +151,6 @@ def exclusive_output(folder: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def search_failed(record: Mapping[str, Any]) -> bool:
-    """Whether a search of this episode could not be served: such an episode measures the service, not the model."""
-    return bool(record.get("num_failed_searches"))
 
 
 def episode_record(cell: Cell, record_id: str, env: Any, prompt: str, response_tokens: int) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from searchenv.evaluation.baselines import METHODS
 from searchenv.evaluation.checkpoint import REPLAYED, read_run_settings, replay_settings
 from searchenv.evaluation.evalset import eval_split, subsample
 from searchenv.evaluation.policies import EndpointPolicy, EvalSampling, LocalPolicy, Policy, VLLMPolicy
-from searchenv.evaluation.report import markdown_report, plot_summary, summarize, write_csv
-from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, run_cell, search_failed
+from searchenv.evaluation.report import markdown_report, plot_summary, search_failed, summarize, write_csv
+from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, run_cell
 from searchenv.types import QAExample
 
 __all__ = ["DEFAULTS", "ModelSpec", "add_eval_arguments", "retriever_options", "run_eval"]
