@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "Document",
+    "DocumentOpener",
     "Passage",
     "QAExample",
     "Retriever",
@@ -67,6 +69,24 @@ def split_contents(contents: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True, slots=True)
+class Document:
+    """One document opened whole: a web page's main text, or the article a corpus passage belongs to.
+
+    Search shows passages (snippets); an agent that reads pages (ASearcher's ``<access>``, an ``open_page`` tool)
+    opens one of them and is shown its document, cut by the environment to its budget.
+
+    Attributes:
+        ref: what was opened — a URL for the web, a document id (the article's title) for a local corpus.
+        title: the document's title.
+        text: its main text, whole; the environment cuts it to its budget, never the opener.
+    """
+
+    ref: str
+    title: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class QAExample:
     """One question with its gold answers, as every dataset loader yields it."""
 
@@ -105,3 +125,16 @@ class Retriever(Protocol):
     """
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]: ...
+
+
+@runtime_checkable
+class DocumentOpener(Protocol):
+    """Anything that opens documents by reference (a URL, or the id of a passage it returned).
+
+    An optional capability of a retriever: web retrievers fetch and extract pages, local corpora open the
+    article a passage belongs to. One call serves a batch of references; the answer has exactly one entry per
+    reference — its :class:`Document`, or the exception that says why that one could not be opened, so that
+    one bad page affects only its own episode.
+    """
+
+    def open_documents(self, refs: Sequence[str]) -> list[Document | BaseException]: ...
