@@ -2,9 +2,10 @@
 
 The grammar (the study's appendix C, generalised):
 
-* with a think tag (Search-R1, R1-Searcher): ``think (search information think)* [evidence] answer``;
+* with a think tag (Search-R1, R1-Searcher, ASearcher): ``think ((search|open) information think)* [evidence]
+  answer``, where ``open`` (ASearcher's ``<access>``) exists only in protocols that have open tags;
   only whitespace may stand between tags, because all reasoning belongs inside ``think``;
-* without one (R-Search): ``(search information)* [evidence] answer``, free text allowed between blocks
+* without one (R-Search): ``((search|open) information)* [evidence] answer``, free text allowed between blocks
   (that is where such a model reasons);
 * with evidence tags (R-Search): exactly one evidence block before the answer when a search happened,
   at most one when none did;
@@ -83,12 +84,15 @@ def _grammar(protocol: Protocol) -> _Grammar:
         roles["think"] = protocol.think_tags
     if protocol.evidence_tags:
         roles["evidence"] = protocol.evidence_tags
+    if protocol.open_tags:
+        roles["open"] = protocol.open_tags
     final = ("evidence", "answer") if protocol.evidence_tags else ("answer",)
+    calls = ("search", "open") if protocol.open_tags else ("search",)
     if protocol.think_tags:
-        follows = {"start": ("think",), "think": ("search", *final), "information": ("think",)}
+        follows = {"start": ("think",), "think": (*calls, *final), "information": ("think",)}
     else:
-        follows = {"start": ("search", *final), "information": ("search", *final)}
-    follows.update({"search": ("information",), "evidence": ("answer",), "answer": ()})
+        follows = {"start": (*calls, *final), "information": (*calls, *final)}
+    follows.update({"search": ("information",), "open": ("information",), "evidence": ("answer",), "answer": ()})
     by_tag: dict[str, tuple[str, bool]] = {}
     for role, (open_tag, close_tag) in roles.items():
         by_tag[open_tag] = (role, True)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchenv.corpus import Corpus
 from searchenv.data.datasets import DEFAULT_SPLIT
-from searchenv.types import QAExample, Retriever
+from searchenv.types import DocumentOpener, QAExample, Retriever
 
 if TYPE_CHECKING:
     from searchenv.protocol import Protocol
@@ -455,6 +455,25 @@ class EnvComponents:
     examples: list[QAExample]
     retriever: Retriever
     reward_spec: RewardSpec
+    opener: DocumentOpener | None = None  # built when the protocol can open documents (see build_opener)
+
+
+def build_opener(
+    retriever: str | Retriever, built: Retriever, corpus: str | os.PathLike[str] | Corpus | None = None
+) -> DocumentOpener | None:
+    """What opens the documents of ``built``'s results: the retriever itself when it has ``open_documents`` (web
+    retrievers fetch pages), else the articles of the corpus it searches (:class:`~searchenv.documents.CorpusArticles`,
+    one per corpus), else ``None`` (a retrieval service, or an engine that searches no corpus of ours)."""
+    if callable(getattr(built, "open_documents", None)):
+        return built  # type: ignore[return-value]
+    if isinstance(retriever, str) and (retriever.startswith(("http://", "https://")) or _corpus_free(retriever)):
+        return None
+    from searchenv.documents import CorpusArticles
+
+    if isinstance(corpus, Corpus):
+        return CorpusArticles(corpus)
+    key = "world" if corpus is None or _is_world(corpus) else _path_key(corpus)
+    return _shared("opener", [key], lambda: CorpusArticles(load_corpus(corpus)))
 
 
 def env_components(
@@ -472,9 +491,12 @@ def env_components(
 
     check_components(dataset, split, corpus, retriever, reward, protocol, retriever_options, data_dir)
     examples = load_examples(dataset, split, data_dir=data_dir)
+    proto = get_protocol(protocol)
+    built = build_retriever(retriever, corpus, retriever_options)
     return EnvComponents(
-        protocol=get_protocol(protocol),
+        protocol=proto,
         examples=examples,
-        retriever=build_retriever(retriever, corpus, retriever_options),
+        retriever=built,
         reward_spec=build_reward(reward),
+        opener=build_opener(retriever, built, corpus) if proto.opens else None,
     )

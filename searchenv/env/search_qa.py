@@ -18,12 +18,21 @@ from searchenv.components import env_components
 from searchenv.corpus import Corpus
 from searchenv.data.datasets import DEFAULT_SPLIT, example_from_row
 from searchenv.env.spaces import UnicodeText
-from searchenv.env.step_rules import StepOutcome, StepResult, apply_outcome, plan_step, run_search, step_outcome
+from searchenv.env.step_rules import (
+    Found,
+    StepOutcome,
+    StepResult,
+    apply_outcome,
+    plan_step,
+    run_open,
+    run_search,
+    step_outcome,
+)
 from searchenv.episode.episode import EndReason, Episode
 from searchenv.episode.rollout import RewardResult, Rollout
 from searchenv.episode.turns import Facts
 from searchenv.protocol import Protocol
-from searchenv.types import Passage, QAExample, Retriever
+from searchenv.types import QAExample, Retriever
 
 __all__ = ["SearchQAEnv"]
 
@@ -48,6 +57,9 @@ class SearchQAEnv(gym.Env[str, str]):
     search or answer tag (``stop_strings`` in the reset info), or up to the end of the sequence. It is read as
 
     - *search*: a complete search call; its query (cut at ``max_query_chars``) is run while the budget allows;
+    - *open* (protocols that have it: ``asearcher``'s ``<access> N </access>``, the ``open_page`` tool of
+      ``tool-call-open``): result N of the latest search (or a URL / id) is opened and its document shown, cut at
+      ``max_page_words``; it counts against the budget like a search (``info["open_error"]`` when it fails);
     - *answer*: a complete answer; it ends the episode;
     - *invalid*: anything else; the protocol's corrective hint is appended (``info["invalid_reason"]``).
 
@@ -109,6 +121,8 @@ class SearchQAEnv(gym.Env[str, str]):
     - ``invalid_hint``: overrides the protocol's corrective hint.
     - ``max_information_words``: cap on passage words per information block (400, ≈ the paper's 500 tokens);
       ``None`` disables it.
+    - ``max_page_words``: cap on the words of an opened document (1,000; the passages' clipping rule);
+      ``None`` disables it.
     - ``max_query_chars``: longer queries are cut before they reach the engine (2,000).
     - ``on_retrieval_error``: ``"observe"`` (default) — a failed search becomes an information block saying
       so and ``info["retrieval_error"]``, the episode goes on; ``"raise"`` — the exception propagates.
@@ -162,6 +176,7 @@ class SearchQAEnv(gym.Env[str, str]):
         protocol: str | Protocol = "search-r1",
         invalid_hint: str | None = None,
         max_information_words: int | None = 400,
+        max_page_words: int | None = 1_000,
         max_query_chars: int = 2_000,
         on_retrieval_error: RetrievalErrorPolicy = "observe",
         retriever_options: Mapping[str, Any] | None = None,
@@ -176,6 +191,10 @@ class SearchQAEnv(gym.Env[str, str]):
             raise ValueError(f"budget must be one of {_BUDGETS}, got {budget!r}")
         if on_retrieval_error not in ("observe", "raise"):
             raise ValueError(f"on_retrieval_error must be 'observe' or 'raise', got {on_retrieval_error!r}")
+        if max_page_words is not None and (
+            isinstance(max_page_words, bool) or not isinstance(max_page_words, int) or max_page_words < 1
+        ):
+            raise ValueError(f"max_page_words must be a positive integer or None, got {max_page_words!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
         parts = env_components(dataset, split, corpus, retriever, reward, protocol, retriever_options, data_dir)
@@ -183,11 +202,13 @@ class SearchQAEnv(gym.Env[str, str]):
         self.protocol = parts.protocol if invalid_hint is None else replace(parts.protocol, invalid_hint=invalid_hint)
         self.examples = parts.examples
         self.retriever, self.reward_spec = parts.retriever, parts.reward_spec
+        self.opener = parts.opener  # opens results for protocols with an open action (None for the others)
         self.topk = topk
         self.max_turns = max_turns
         self.budget: Budget = budget
         self.invalid_hint = self.protocol.invalid_hint
         self.max_information_words = max_information_words
+        self.max_page_words = max_page_words
         self.max_query_chars = max_query_chars
         self.on_retrieval_error: RetrievalErrorPolicy = on_retrieval_error
         self.render_mode = render_mode
@@ -264,11 +285,13 @@ class SearchQAEnv(gym.Env[str, str]):
         """Take one action through the phases of :mod:`.step_rules`, as a batch of one would (one ``search``)."""
         episode = self.episode
         plan = plan_step(self, episode, action)
-        found: list[Passage] | str | None = None
+        found: Found | None = None
+        raises = self.on_retrieval_error == "raise"
         if plan.query is not None:
             golds = [episode.example.golden_answers]
-            raises = self.on_retrieval_error == "raise"
             (found,) = run_search(self.retriever, [plan.query], self.topk, raises, golds)
+        elif plan.open_ref is not None:
+            (found,) = run_open(self.opener, [plan.open_ref], raises)
         return self.apply_step(step_outcome(self, episode, plan, found))
 
     def apply_step(self, outcome: StepOutcome) -> StepResult:

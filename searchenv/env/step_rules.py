@@ -3,12 +3,15 @@
 A step has three phases, kept apart so that a batch can run each phase for every episode before the next:
 
 1. *Plan* (:func:`plan_step`): read and check the action; nothing changes yet, so misuse raises before any
-   episode of a batch moves.
+   episode of a batch moves. An open's reference is resolved here (:func:`resolve_ref`: result N of the latest
+   executed search → its id or URL).
 2. *Search* (:func:`run_search`, :func:`read_search`): one engine call for the queries of a (retriever, k);
    a failure becomes the message the searching episodes are shown, or is raised, as the env was told. A failure
    stays the failing episode's: a failed call is searched again in halves until the queries that cause it stand
    alone, unless the service itself is down (:func:`isolates` has the rule), and what an engine returns is
    checked, so a contract breach is a failed search of the query it concerns, not an exception out of ``step``.
+   Opens go the same way (:func:`run_open`): one ``open_documents`` call per opener, each reference's failure
+   its own episode's.
 3. *Outcome* (:func:`step_outcome`), then *apply* (:func:`apply_outcome`): the new turn, observation, info
    and, on the terminal step, the reward are computed first and only then written to the episode, so a reward
    spec that raises leaves every episode of the batch as it was.
@@ -27,7 +30,7 @@ from searchenv.episode.turns import Facts, Turn
 from searchenv.protocol import ParsedAction, parse_action
 from searchenv.protocol import Protocol as ActionProtocol
 from searchenv.retrievers.http.retry import RetrievalUnavailable
-from searchenv.types import Passage, Retriever
+from searchenv.types import Document, DocumentOpener, Passage, Retriever
 
 __all__ = [
     "Found",
@@ -36,8 +39,12 @@ __all__ = [
     "StepResult",
     "StepRules",
     "apply_outcome",
+    "arun_open",
     "clip_passages",
+    "clip_words",
     "plan_step",
+    "resolve_ref",
+    "run_open",
     "SERVICE_DOWN_KINDS",
     "arun_search",
     "isolates",
@@ -49,8 +56,9 @@ __all__ = [
 ]
 
 
-#: What one query's search came to: its passages, or the message of its failure (see :func:`read_search`).
-Found = list[Passage] | str
+#: What one query's search came to: its passages, or the message of its failure (see :func:`read_search`); for
+#: an open, the document, or the message of its failure (see :func:`read_open`).
+Found = list[Passage] | Document | str
 
 
 class StepResult(NamedTuple):
@@ -79,6 +87,8 @@ class StepRules(Protocol):
     @property
     def max_information_words(self) -> int | None: ...
     @property
+    def max_page_words(self) -> int | None: ...
+    @property
     def invalid_hint(self) -> str: ...
     @property
     def reward_spec(self) -> Callable[[Rollout], RewardResult]: ...
@@ -88,11 +98,17 @@ class StepRules(Protocol):
 # NamedTuple, whose fields Python 3.11 reads through an unspecialised descriptor (see transcript.Turn).
 @dataclass(slots=True)
 class StepPlan:
-    """One action read and checked, nothing changed yet: the query to run (if any) and whether the budget ends."""
+    """One action read and checked, nothing changed yet: the query to run (if any) and whether the budget ends.
+
+    An open has either ``open_ref`` (the id or URL to open) or ``open_missing`` (why its reference names no
+    document); neither when the budget skips it.
+    """
 
     parsed: ParsedAction
     query: str | None
     final: bool
+    open_ref: str | None = None
+    open_missing: str | None = None
 
 
 @dataclass(slots=True)
@@ -115,11 +131,34 @@ def plan_step(rules: StepRules, episode: Episode, action: object) -> StepPlan:
     number = len(episode.turns) + 1
     final = number >= rules.action_limit
     parsed = parse_action(action, rules.protocol)
-    query = None
+    # an action that calls a tool (search or open) runs it while the budget allows
+    may_act = not final and not (rules.budget == "extra-answer-turn" and number > rules.max_turns)
     if parsed.kind == "search":
-        may_search = not final and not (rules.budget == "extra-answer-turn" and number > rules.max_turns)
-        query = parsed.content[: rules.max_query_chars] if may_search else None  # type: ignore[index]
-    return StepPlan(parsed, query, final)
+        query = parsed.content[: rules.max_query_chars] if may_act else None  # type: ignore[index]
+        return StepPlan(parsed, query, final)
+    if parsed.kind == "open" and may_act:
+        ref, missing = resolve_ref(episode.turns, parsed.content[: rules.max_query_chars])  # type: ignore[index]
+        return StepPlan(parsed, None, final, ref, missing)
+    return StepPlan(parsed, None, final)
+
+
+def resolve_ref(turns: Sequence[Turn], ref: str) -> tuple[str | None, str | None]:
+    """What an open names: ``(id or URL to open, None)``, or ``(None, why it names nothing)``.
+
+    A number N is the N-th result shown by the latest executed search (an opened page is not a result list, so
+    it does not change what N means); its id is what the opener receives — a corpus passage id, or the URL a web
+    retriever gives as its results' ids. Any other text is taken as an id or URL itself.
+    """
+    if not ref.isdigit():
+        return ref, None
+    latest = next((t for t in reversed(turns) if t.searched), None)
+    if latest is None:
+        return None, f"result {ref} named, but no search has shown results yet"
+    number = int(ref)
+    if not 1 <= number <= len(latest.shown_ids):
+        shown = len(latest.shown_ids)
+        return None, f"result {ref} named, but the latest search showed {shown} result{'s' * (shown != 1)}"
+    return latest.shown_ids[number - 1], None
 
 
 def search_options(retriever: Retriever, golds: Sequence[Sequence[str]]) -> dict[str, Any]:
@@ -267,18 +306,98 @@ def _wrong_part(passages: object) -> str | None:
     return None
 
 
+def run_open(opener: DocumentOpener | None, refs: Sequence[str], raise_errors: bool) -> list[Found]:
+    """``open_documents`` for ``refs`` in one call, read by :func:`read_open`: per reference, its document or the
+    message of its failure. A call that raises is opened again in halves, as a search is (:func:`isolates`)."""
+    outcome = _open_call(opener, refs)
+    if isolates(outcome, len(refs), raise_errors):
+        half = len(refs) // 2
+        return run_open(opener, refs[:half], False) + run_open(opener, refs[half:], False)
+    return read_open(outcome, refs, opener, raise_errors)
+
+
+async def arun_open(opener: DocumentOpener | None, refs: Sequence[str], raise_errors: bool) -> list[Found]:
+    """:func:`run_open` for event loops: ``aopen_documents`` is awaited where the opener has one, any other
+    opener's ``open_documents`` runs in a worker thread."""
+    if opener is None:
+        return run_open(opener, refs, raise_errors)
+    aopen = getattr(opener, "aopen_documents", None)
+    try:
+        if aopen is not None:
+            outcome: object = await aopen(list(refs))
+        else:
+            outcome = await asyncio.to_thread(opener.open_documents, list(refs))
+    except Exception as exc:  # noqa: BLE001 - as in _call
+        outcome = exc
+    if isolates(outcome, len(refs), raise_errors):
+        half = len(refs) // 2
+        first, second = await asyncio.gather(
+            arun_open(opener, refs[:half], False), arun_open(opener, refs[half:], False)
+        )
+        return first + second
+    return read_open(outcome, refs, opener, raise_errors)
+
+
+def _open_call(opener: DocumentOpener | None, refs: Sequence[str]) -> object:
+    if opener is None:
+        return LookupError(
+            "this environment cannot open documents: its retriever has no open_documents and no corpus to open "
+            "passages from (pass corpus=... or use a retriever that opens pages)"
+        )
+    try:
+        return opener.open_documents(list(refs))
+    except Exception as exc:  # noqa: BLE001 - as in _call
+        return exc
+
+
+def read_open(outcome: object, refs: Sequence[str], opener: DocumentOpener | None, raise_errors: bool) -> list[Found]:
+    """What ``open_documents`` returned for ``refs`` (or raised) as, per reference, its :class:`Document` or the
+    message its episode's ``info["open_error"]`` gets (raised instead when ``raise_errors``).
+
+    The answer is checked against the contract (one entry per reference, each a ``Document`` with ``str`` fields
+    or an exception); a breach is a failed open of the reference it concerns.
+    """
+    name = type(opener).__name__
+    error = _failure(outcome)
+    if error is None and (not isinstance(outcome, list) or len(outcome) != len(refs)):
+        size = len(outcome) if hasattr(outcome, "__len__") else "?"
+        error = TypeError(
+            f"{name}.open_documents returned {type(outcome).__name__} of length {size} for {len(refs)} references; "
+            "it must return one Document or exception per reference"
+        )
+    if error is not None:
+        if raise_errors:
+            raise error
+        return [_message(error)] * len(refs)
+    found: list[Found] = []
+    for ref, entry in zip(refs, outcome):  # type: ignore[call-overload]
+        if isinstance(entry, Document) and all(isinstance(v, str) for v in (entry.ref, entry.title, entry.text)):
+            found.append(entry)
+            continue
+        if not isinstance(entry, BaseException):
+            entry = TypeError(
+                f"{name}.open_documents returned a {type(entry).__name__} for {ref[:80]!r}; it must return a "
+                "searchenv.Document (ref, title, text as str) or an exception per reference"
+            )
+        if raise_errors:
+            raise entry
+        found.append(_message(entry))
+    return found
+
+
 def _message(error: BaseException) -> str:
     detail = getattr(error, "detail", None)
     return f"{type(error).__name__}: {error}" + (f" ({detail})" if detail else "")
 
 
 def step_outcome(
-    rules: StepRules, episode: Episode, plan: StepPlan, found: Sequence[Passage] | str | None
+    rules: StepRules, episode: Episode, plan: StepPlan, found: Sequence[Passage] | Document | str | None
 ) -> StepOutcome:
     """What the step does to the episode — its new turn, observation, reward and info — not yet applied.
 
     ``found`` is what :func:`read_search` made of the planned query's search: its passages, or the message of
-    the failure; ``None`` when the plan has no query.
+    the failure (for an open, what :func:`read_open` made of it: the document, or the message); ``None`` when
+    the plan runs nothing.
     """
     parsed = plan.parsed
     info: dict[str, Any] = {"action": parsed.kind, "query": None, "passage_ids": [], "dropped_text": parsed.dropped}
@@ -287,7 +406,9 @@ def step_outcome(
     if parsed.kind == "search":
         info["query"] = parsed.content[: rules.max_query_chars]  # type: ignore[index]
         info["query_clipped"] = len(parsed.content) > rules.max_query_chars  # type: ignore[arg-type]
-    if plan.query is None:
+    if parsed.kind == "open":
+        turn = _open_turn(rules, plan, found, info)
+    elif plan.query is None:
         if parsed.kind == "search":
             info["search_skipped"] = "action budget exhausted"
             turn = Turn(parsed, search="skipped")
@@ -309,6 +430,34 @@ def step_outcome(
     return StepOutcome(turn, False, None, None, info)
 
 
+def _open_turn(rules: StepRules, plan: StepPlan, found: Document | object, info: dict[str, Any]) -> Turn:
+    """The turn of an open action: the document cut to ``max_page_words``, a fixed failure block, or nothing
+    when the budget skips it; ``info`` gets ``open_ref``, and ``document_ref`` or ``open_error``."""
+    parsed, protocol = plan.parsed, rules.protocol
+    info["open_ref"] = parsed.content
+    if plan.open_missing is not None:
+        info["open_error"] = plan.open_missing
+        return Turn(parsed, protocol.format_open_error(missing=True), opened="failed", error=plan.open_missing)
+    if plan.open_ref is None:
+        info["open_skipped"] = "action budget exhausted"
+        return Turn(parsed, opened="skipped")
+    info["document_ref"] = plan.open_ref
+    if not isinstance(found, Document):
+        message = found if isinstance(found, str) else "no document was opened"
+        info["open_error"] = message
+        return Turn(
+            parsed,
+            protocol.format_open_error(missing=False),
+            opened="failed",
+            error=message,
+            document_ref=plan.open_ref,
+        )
+    text, clipped = clip_words(found.text, rules.max_page_words)
+    info["page_clipped"] = clipped
+    shown = Document(found.ref, found.title, text)
+    return Turn(parsed, protocol.format_document(shown), opened="executed", document_ref=plan.open_ref)
+
+
 def apply_outcome(episode: Episode, outcome: StepOutcome) -> None:
     """Write a step's outcome to its episode; a scored step ends it by an answer or by the action budget."""
     episode.turns.append(outcome.turn)
@@ -317,8 +466,20 @@ def apply_outcome(episode: Episode, outcome: StepOutcome) -> None:
         episode.end_reason = "action_budget" if outcome.truncated else "answer"
 
 
+def clip_words(text: str, max_words: int | None) -> tuple[str, bool]:
+    """The clipping rule of everything the environment shows: at most ``max_words`` whitespace-separated words,
+    and `` …`` where text was cut; ``(text, clipped)``. ``None`` keeps the text whole."""
+    if max_words is None:
+        return text, False
+    words = text.split()
+    if len(words) <= max_words:
+        return text, False
+    return " ".join(words[:max_words]) + " …", True
+
+
 def clip_passages(passages: Sequence[Passage], max_words: int | None) -> tuple[list[Passage], bool]:
-    """Keep at most ``max_words`` words of passage text in total, in rank order (the paper's 500-token cap)."""
+    """Keep at most ``max_words`` words of passage text in total, in rank order (the paper's 500-token cap), each
+    passage cut by :func:`clip_words`."""
     if max_words is None:
         return list(passages), False
     kept, budget, clipped = [], max_words, False
@@ -326,12 +487,12 @@ def clip_passages(passages: Sequence[Passage], max_words: int | None) -> tuple[l
         if budget <= 0:
             clipped = True
             break
-        words = p.text.split()
-        if len(words) > budget:
-            text = " ".join(words[:budget]) + " …"
+        words = len(p.text.split())
+        if words > budget:
+            text, _ = clip_words(p.text, budget)
             stored = None if p.stored_contents is None else f"{p.stored_title_and_text()[0]}\n{text}"
             p = Passage(p.id, p.title, text, p.score, stored)
             clipped = True
         kept.append(p)
-        budget -= len(words)
+        budget -= words
     return kept, clipped

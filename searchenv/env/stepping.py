@@ -1,4 +1,5 @@
-"""Stepping many episodes at once: every action validated first, one search call per engine, then all applied.
+"""Stepping many episodes at once: every action validated first, one search call per engine (and one
+``open_documents`` call per opener), then all applied.
 
 A batch step runs the phases of :mod:`.step_rules` for the whole batch, one phase at a time. *Plan*: every
 action is read and checked; a bad action (wrong type, an ended episode, the same environment twice) raises
@@ -17,7 +18,17 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from searchenv.env.search_qa import SearchQAEnv
-from searchenv.env.step_rules import Found, StepPlan, StepResult, arun_search, plan_step, run_search, step_outcome
+from searchenv.env.step_rules import (
+    Found,
+    StepPlan,
+    StepResult,
+    arun_open,
+    arun_search,
+    plan_step,
+    run_open,
+    run_search,
+    step_outcome,
+)
 
 __all__ = ["step_batch", "step_batch_async"]
 
@@ -37,6 +48,9 @@ def step_batch(envs: Sequence[Any], actions: Sequence[str]) -> list[StepResult]:
         env = unwrapped[group[0]]
         queries, golds = [plans[i].query for i in group], _golds(unwrapped, group)
         found.update(zip(group, run_search(env.retriever, queries, env.topk, _raises(unwrapped, group), golds)))
+    for group in _open_groups(unwrapped, plans):
+        refs = [plans[i].open_ref for i in group]
+        found.update(zip(group, run_open(unwrapped[group[0]].opener, refs, _raises(unwrapped, group))))
     return _apply_all(unwrapped, plans, found)
 
 
@@ -53,10 +67,16 @@ async def step_batch_async(envs: Sequence[Any], actions: Sequence[str]) -> list[
         queries = [plans[i].query for i in group]
         return arun_search(env.retriever, queries, env.topk, _raises(unwrapped, group), _golds(unwrapped, group))
 
+    def open_refs(group: list[int]) -> Coroutine[Any, Any, list[Found]]:
+        refs = [plans[i].open_ref for i in group]
+        return arun_open(unwrapped[group[0]].opener, refs, _raises(unwrapped, group))  # type: ignore[arg-type]
+
+    opens = _open_groups(unwrapped, plans)
     # every search ends before an error of one is raised, so none runs on unwatched after the step returns
-    searched = await asyncio.gather(*(search(group) for group in groups), return_exceptions=True)
+    calls = [*(search(group) for group in groups), *(open_refs(group) for group in opens)]
+    searched = await asyncio.gather(*calls, return_exceptions=True)
     found: dict[int, Found] = {}
-    for group, results in zip(groups, searched):
+    for group, results in zip([*groups, *opens], searched):
         if isinstance(results, BaseException):
             raise results
         found.update(zip(group, results))
@@ -87,6 +107,15 @@ def _search_groups(envs: Sequence[SearchQAEnv], plans: Sequence[StepPlan]) -> li
     for i, (env, plan) in enumerate(zip(envs, plans)):
         if plan.query is not None:
             groups.setdefault((id(env.retriever), env.topk), []).append(i)
+    return list(groups.values())
+
+
+def _open_groups(envs: Sequence[SearchQAEnv], plans: Sequence[StepPlan]) -> list[list[int]]:
+    """Indices of episodes that open a document, grouped by opener so each group is one ``open_documents`` call."""
+    groups: dict[int, list[int]] = {}
+    for i, (env, plan) in enumerate(zip(envs, plans)):
+        if plan.open_ref is not None:
+            groups.setdefault(id(env.opener), []).append(i)
     return list(groups.values())
 
 

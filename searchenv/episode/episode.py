@@ -89,6 +89,11 @@ class Episode:
         return self.facts.num_searches
 
     @property
+    def num_opens(self) -> int:
+        """Documents opened and shown (failed and skipped opens do not count)."""
+        return self.facts.num_opens
+
+    @property
     def num_invalid(self) -> int:
         """Actions with neither a complete search nor a complete answer."""
         return self.facts.num_invalid
@@ -132,7 +137,8 @@ def metrics_of(
 ) -> dict[str, float]:
     """One episode's metrics: the vocabulary every adapter, trainer log and report uses (:data:`METRIC_NAMES`).
 
-    ``reward``, the counts (``num_actions``, ``num_searches``, ``num_failed_searches``, ``num_invalid``),
+    ``reward``, the counts (``num_actions``, ``num_searches``, ``num_failed_searches``, ``num_invalid``,
+    ``num_opens``, ``num_failed_opens``),
     ``response_words``, then ``end_reason/<reason>`` for every :data:`EndReason` — 1.0 for the reason the
     episode ended, 0.0 for the others (all 0.0 while it runs), so that a batch mean (:func:`aggregate_metrics`)
     is the share of episodes that ended that way — then one ``reward/<part>`` per reward part. Every value is
@@ -146,6 +152,8 @@ def metrics_of(
         "num_searches": float(record.num_searches),
         "num_failed_searches": float(record.num_failed_searches),
         "num_invalid": float(record.num_invalid),
+        "num_opens": float(record.num_opens),
+        "num_failed_opens": float(record.num_failed_opens),
         "response_words": float(record.response_words),
         **{f"end_reason/{reason}": float(reason == end_reason) for reason in END_REASONS},
         **{f"reward/{k}": float(v) for k, v in reward_parts.items()},
@@ -159,6 +167,8 @@ METRIC_NAMES: tuple[str, ...] = (
     "num_searches",
     "num_failed_searches",
     "num_invalid",
+    "num_opens",
+    "num_failed_opens",
     "response_words",
     *(f"end_reason/{reason}" for reason in END_REASONS),
 )

@@ -23,15 +23,24 @@ from searchenv.protocol.scan import ENV_TEXT
 __all__ = ["turns_from_segments", "turns_from_text"]
 
 
-def _search_status(action: ParsedAction, observation: str, protocol: Protocol) -> SearchStatus | None:
-    """How a search ended, read from what the environment inserted after it."""
-    if action.kind != "search":
+def _status(action: ParsedAction, observation: str, protocol: Protocol) -> SearchStatus | None:
+    """How a search or an open ended, read from what the environment inserted after it."""
+    if action.kind not in ("search", "open"):
         return None
     if not observation:
         return "skipped"
-    if observation == protocol.format_error():
+    failed = (protocol.format_error(),) if action.kind == "search" else protocol.open_error_blocks
+    if observation in failed:
         return "failed"
     return "executed" if protocol.information_body(observation) is not None else "failed"
+
+
+def _turn(action: ParsedAction, observation: str, protocol: Protocol) -> Turn:
+    """One turn read back: the action, its observation, and how its search or open ended."""
+    status = _status(action, observation, protocol)
+    if action.kind == "open":
+        return Turn(action, observation, opened=status)
+    return Turn(action, observation, status)
 
 
 def turns_from_segments(segments: Iterable[tuple[str, str]], protocol: Protocol) -> list[Turn]:
@@ -47,7 +56,7 @@ def turns_from_segments(segments: Iterable[tuple[str, str]], protocol: Protocol)
     for author, text in segments:
         if author == "model":
             if action is not None:
-                turns.append(Turn(action, observation, _search_status(action, observation, protocol)))
+                turns.append(_turn(action, observation, protocol))
             action, observation = parse_action(text, protocol), ""
         elif author == "env":
             if action is None:
@@ -56,7 +65,7 @@ def turns_from_segments(segments: Iterable[tuple[str, str]], protocol: Protocol)
         else:
             raise ValueError(f"segment author must be 'model' or 'env', got {author!r}")
     if action is not None:
-        turns.append(Turn(action, observation, _search_status(action, observation, protocol)))
+        turns.append(_turn(action, observation, protocol))
     return turns
 
 
@@ -64,13 +73,14 @@ def turns_from_text(response: str, protocol: Protocol) -> list[Turn]:
     """Rebuild the turns from a response string alone, without knowing who wrote what.
 
     Action boundaries are recovered from what the environment inserts, read with the action parser's scanner
-    (:attr:`Protocol.scanner`): an information block (or the failed-search block) right after an action whose
-    first block is a search, and a corrective hint the protocol knows (:attr:`Protocol.env_hints`: its own, and
-    Search-R1's) after an action without one — a hint is never read as the model's tags. That gives the
-    prediction by the environment's own rule. Whether a block was really inserted cannot be known from text — a
-    model can write ``<search>q</search><information>…`` itself — so callers credit searches from these turns only
-    when they trust the transcript (see :meth:`searchenv.reward_specs.Rollout.from_text`). Linear in
-    ``len(response)``: one :class:`~searchenv.protocol.scan.TextScan` reads the whole response.
+    (:attr:`Protocol.scanner`): an information block (or the failed-search or failed-open block) right after an
+    action whose first block is a search or an open, and a corrective hint the protocol knows
+    (:attr:`Protocol.env_hints`: its own, and Search-R1's) after an action without one — a hint is never read as the
+    model's tags. That gives the prediction by the environment's own rule. Whether a block was really inserted
+    cannot be known from text — a model can write ``<search>q</search><information>…`` itself — so callers credit
+    searches from these turns only when they trust the transcript (see
+    :meth:`searchenv.reward_specs.Rollout.from_text`). Linear in ``len(response)``: one
+    :class:`~searchenv.protocol.scan.TextScan` reads the whole response.
     """
     scan = protocol.scanner.read(response)
     info_head = protocol.information_prefix + protocol.information_tags[0]
@@ -88,17 +98,16 @@ def turns_from_text(response: str, protocol: Protocol) -> list[Turn]:
                 turns.append(Turn(parse_action(response[start:hint_start], protocol), response[hint_start:hint_end]))
                 start = hint_end
                 continue
-            if found.kind == "search" and response.startswith(info_head, found.end):
+            if found.kind in ("search", "open") and response.startswith(info_head, found.end):
                 closed = response.find(info_close, found.end + len(info_head))
                 end = len(response) if closed < 0 else closed + len(info_close)
                 if info_suffix and response.startswith(info_suffix, end):
                     end += len(info_suffix)
                 action, observation = parse_action(response[start : found.end], protocol), response[found.end : end]
-                turns.append(Turn(action, observation, _search_status(action, observation, protocol)))
+                turns.append(_turn(action, observation, protocol))
                 start = end
                 continue
-        # An answer, or a search nothing was inserted after: the final action; the rest of the text is dropped.
-        action = parse_action(response[start:], protocol)
-        turns.append(Turn(action, "", "skipped" if action.kind == "search" else None))
+        # An answer, or a search or open nothing was inserted after: the final action; the rest is dropped.
+        turns.append(_turn(parse_action(response[start:], protocol), "", protocol))
         break
     return turns

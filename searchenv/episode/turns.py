@@ -20,6 +20,7 @@ from searchenv.types import Passage
 
 __all__ = [
     "Facts",
+    "OpenStatus",
     "SearchStatus",
     "Turn",
     "facts",
@@ -28,6 +29,9 @@ __all__ = [
 
 Author = Literal["model", "env"]
 SearchStatus = Literal["executed", "failed", "skipped"]
+#: How an open action ended: the document was shown, it could not be opened (or the reference named none), or the
+#: action budget had ended.
+OpenStatus = Literal["executed", "failed", "skipped"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,11 @@ class Turn:
             (``"failed"``), or was not run because the action budget had ended (``"skipped"``); else ``None``.
         passages: what the engine returned (environment path only; the text path cannot know).
         shown_ids: ids of the passages shown after clipping (environment path only).
-        error: why a search failed (environment path only; never shown to the model).
+        error: why a search or an open failed (environment path only; never shown to the model).
+        opened: for open actions, whether the document was shown (``"executed"``), could not be opened or the
+            reference named no document (``"failed"``), or the action budget had ended (``"skipped"``); else ``None``.
+        document_ref: what an open asked the opener for — the id or URL of the result it named (environment path
+            only; the text path cannot resolve an index).
     """
 
     action: ParsedAction
@@ -50,11 +58,18 @@ class Turn:
     passages: tuple[Passage, ...] = ()
     shown_ids: tuple[str, ...] = ()
     error: str | None = None
+    opened: OpenStatus | None = None
+    document_ref: str | None = None
 
     @property
     def searched(self) -> bool:
         """A search ran and its results were shown."""
         return self.search == "executed"
+
+    @property
+    def read(self) -> bool:
+        """A document was opened and shown."""
+        return self.opened == "executed"
 
 
 @dataclass(frozen=True)
@@ -71,8 +86,10 @@ class Facts:
         searches: the turns whose search ran and was shown (none when searches are not credited).
         num_actions / num_searches / num_failed_searches / num_invalid: counts over the turns; a search that
             failed or was skipped is not a search.
-        shown_texts: the body of every information block shown after an executed search, exactly as the model
-            saw it (clipped, neutralised): what a retrieval hit is judged on.
+        num_opens / num_failed_opens: documents opened and shown, and opens that failed (a skipped open is
+            neither); not credited, like searches, without ``credit_searches``.
+        shown_texts: the body of every information block shown after an executed search or open, in order,
+            exactly as the model saw it (clipped, neutralised): what a retrieval hit is judged on.
         model_text: the model's accepted actions, concatenated (dropped text excluded).
         response: the whole transcript after the prompt: accepted actions and inserted text, in order.
         response_words: length of :attr:`model_text` in whitespace-separated words (a tokenizer-free length).
@@ -87,6 +104,8 @@ class Facts:
     num_searches: int
     num_failed_searches: int
     num_invalid: int
+    num_opens: int
+    num_failed_opens: int
     shown_texts: tuple[str, ...]
     model_text: str
     response: str
@@ -99,7 +118,8 @@ class Facts:
         turns = tuple(turns)
         final = turns[-1].action if turns else None
         searches = tuple(t for t in turns if t.searched) if credit_searches else ()
-        bodies = (protocol.information_body(t.observation) for t in searches)
+        shown = (t for t in turns if t.searched or t.read) if credit_searches else ()
+        bodies = (protocol.information_body(t.observation) for t in shown)
         model_text = "".join(t.action.kept for t in turns)
         return cls(
             turns=turns,
@@ -109,6 +129,8 @@ class Facts:
             num_searches=len(searches),
             num_failed_searches=sum(t.search == "failed" for t in turns) if credit_searches else 0,
             num_invalid=sum(t.action.kind == "invalid" for t in turns),
+            num_opens=sum(t.read for t in turns) if credit_searches else 0,
+            num_failed_opens=sum(t.opened == "failed" for t in turns) if credit_searches else 0,
             shown_texts=tuple(body for body in bodies if body is not None),
             model_text=model_text,
             response="".join(t.action.kept + t.observation for t in turns),

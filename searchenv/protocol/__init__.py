@@ -26,6 +26,7 @@ PROTOCOLS: dict[str, Protocol] = {
     "tool-call": tool_call_protocol(answer="tag", name="tool-call"),
     "tool-call-message": tool_call_protocol(answer="message", name="tool-call-message"),
     "tool-call-answer-tool": tool_call_protocol(answer="tool", name="tool-call-answer-tool"),
+    "tool-call-open": tool_call_protocol(answer="tag", name="tool-call-open", open_page=True),
 }
 
 

@@ -11,6 +11,7 @@ search and answer tags, and the hints an environment appends, which quote tags b
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,11 +19,13 @@ from functools import cached_property
 from typing import Literal
 
 from searchenv.protocol.scan import TagScanner
-from searchenv.types import Passage
+from searchenv.types import Document, Passage
 
-__all__ = ["ActionKind", "AnswerMode", "ParsedAction", "Protocol"]
+__all__ = ["OPEN_TOOL_NAME", "ActionKind", "AnswerMode", "ParsedAction", "Protocol"]
 
-ActionKind = Literal["search", "answer", "invalid"]
+ActionKind = Literal["search", "open", "answer", "invalid"]
+#: The name of the tool that opens a result in tool-call protocols (the tag protocols' ``<access>``).
+OPEN_TOOL_NAME = "open_page"
 PassageLayout = Literal["search-r1", "clean"]
 ActionFormat = Literal["tags", "tool-call"]
 AnswerMode = Literal["tag", "message", "tool"]
@@ -36,6 +39,10 @@ _CHAT_CONTROL = re.compile(
     re.IGNORECASE,
 )
 _SEARCH_ERROR_TEXT = "The search engine is unavailable right now; no results."
+_OPEN_ERROR_TEXT = "The document could not be opened right now; nothing to show."
+_OPEN_MISSING_TEXT = (
+    "There is no such document to open: give the number of a result of your latest search, or its URL or id."
+)
 
 _SEARCH_R1_PROMPT = (
     "Answer the question below. Think step by step inside <think> and </think> every time you receive new "
@@ -86,6 +93,15 @@ class Protocol:
         answer_mode: for tool calls, how the answer is given: ``"tag"`` (an ``<answer>`` block), ``"message"``
             (a message without a tool call) or ``"tool"`` (a call of the ``answer`` tool).
         tools_json: the JSON schemas of the tools the prompt declares (tool-call protocols), one string each.
+        open_tags: the tag pair that opens a result whole (ASearcher's ``<access>``), or ``None`` when the tag
+            protocol has no open action. Tool-call protocols open with the ``open_page`` tool instead
+            (:attr:`opens` says whether a protocol can open at all).
+        page_template: how an opened document is written inside the information block (ASearcher shows pages
+            in the same ``<information>`` block as search results); fields ``title``, ``text``, ``ref``.
+        open_error_text / open_missing_text: the fixed, short texts shown inside an information block when a
+            document could not be opened (the opener failed) or the reference names no document (a bad index,
+            no search yet). Details go to ``info["open_error"]``; being fixed, they let the text path recognise a
+            failed open.
     """
 
     name: str
@@ -106,6 +122,10 @@ class Protocol:
     action_format: ActionFormat = "tags"
     answer_mode: AnswerMode = "tag"
     tools_json: tuple[str, ...] = ()
+    open_tags: tuple[str, str] | None = None
+    page_template: str = "Page(Title: {title}) {text}"
+    open_error_text: str = _OPEN_ERROR_TEXT
+    open_missing_text: str = _OPEN_MISSING_TEXT
 
     def __post_init__(self) -> None:
         if "{question}" not in self.prompt_template:
@@ -133,7 +153,15 @@ class Protocol:
                 f"protocol {self.name!r}: answer_mode must be 'tag', 'message' or 'tool' (the last two only with "
                 "action_format='tool-call')"
             )
-        for pair in (self.search_tags, self.answer_tags, self.information_tags):
+        if not (self.open_error_text.strip() and self.open_missing_text.strip()):
+            raise ValueError(f"protocol {self.name!r}: open_error_text and open_missing_text must be non-empty")
+        if self.open_tags is not None and self.action_format != "tags":
+            raise ValueError(
+                f"protocol {self.name!r}: open_tags are for tag protocols; a tool-call protocol opens with the "
+                f"{OPEN_TOOL_NAME!r} tool (tool_call_protocol(open_page=True))"
+            )
+        pairs = [self.search_tags, self.answer_tags, self.information_tags]
+        for pair in (*pairs, *([self.open_tags] if self.open_tags is not None else [])):
             if len(pair) != 2 or not all(pair):
                 raise ValueError(f"protocol {self.name!r}: a tag pair must be two non-empty strings, got {pair!r}")
         self.scanner  # noqa: B018 - built now, so that clashing tags or hints fail here rather than at a step
@@ -142,14 +170,22 @@ class Protocol:
     @property
     def stop_strings(self) -> list[str]:
         """Strings at which generation should stop: the end of a query (or tool call) and of an answer tag."""
+        ends = [self.search_tags[1], *([self.open_tags[1]] if self.open_tags is not None else [])]
         if self.answer_mode == "tag":
-            return [self.search_tags[1], self.answer_tags[1]]
-        return [self.search_tags[1]]  # a message or an answer tool call ends at end of sequence / the call's tag
+            return [*ends, self.answer_tags[1]]
+        return ends  # a message or an answer tool call ends at end of sequence / the call's tag
 
     @cached_property
     def all_tags(self) -> tuple[str, ...]:
         """Every protocol tag, opening and closing; used to neutralise inserted text."""
-        pairs = [self.search_tags, self.answer_tags, self.information_tags, self.think_tags, self.evidence_tags]
+        pairs = [
+            self.search_tags,
+            self.answer_tags,
+            self.information_tags,
+            self.think_tags,
+            self.evidence_tags,
+            self.open_tags,
+        ]
         tags = [t for pair in pairs if pair for t in pair]
         return tuple(dict.fromkeys([*tags, *self.extra_tags]))
 
@@ -162,11 +198,21 @@ class Protocol:
     @cached_property
     def scanner(self) -> TagScanner:
         """The reader of model text: the ``search`` tags (a tool call's, for tool-call protocols), the ``answer``
-        tags when answers are tagged, and the :attr:`env_hints` as opaque environment text."""
+        tags when answers are tagged, the ``open`` tags when the protocol has them, and the :attr:`env_hints` as
+        opaque environment text."""
         pairs = {"search": self.search_tags}
+        if self.open_tags is not None:
+            pairs["open"] = self.open_tags
         if self.answer_mode == "tag":
             pairs["answer"] = self.answer_tags
         return TagScanner(pairs, self.env_hints)
+
+    @cached_property
+    def opens(self) -> bool:
+        """Whether the protocol has an open action: ``open_tags``, or the ``open_page`` tool among its tools."""
+        if self.open_tags is not None:
+            return True
+        return any(json.loads(tool).get("function", {}).get("name") == OPEN_TOOL_NAME for tool in self.tools_json)
 
     def prompt(self, question: str) -> str:
         return self.prompt_template.format(question=self.neutralise(question))
@@ -207,6 +253,33 @@ class Protocol:
             )
         )
         return self._information_block(body.strip() if search_r1 else body)
+
+    def format_document(self, document: Document) -> str:
+        """The information block showing one opened document (already cut to the environment's budget).
+
+        Title, text and reference are neutralised like passages: a page holding ``</access>`` or ``<answer>``
+        text cannot end a block or forge an answer.
+        """
+        body = self.page_template.format(
+            title=self.neutralise(document.title),
+            text=self.neutralise(document.text),
+            ref=self.neutralise(document.ref),
+        )
+        return self._information_block(body if self.passage_layout == "clean" else body.strip())
+
+    def format_open_error(self, missing: bool) -> str:
+        """The fixed information block of a failed open: the reference named no document (``missing``), or the
+        document could not be opened. Like :meth:`format_error`, never any detail."""
+        return self.open_error_blocks[0 if missing else 1]
+
+    @cached_property
+    def open_error_blocks(self) -> tuple[str, str]:
+        """The two fixed blocks of a failed open (missing reference, opener failure): what the text path reads
+        as a failed open."""
+        return (
+            self._information_block(self.neutralise(self.open_missing_text)),
+            self._information_block(self.neutralise(self.open_error_text)),
+        )
 
     def format_error(self) -> str:
         """The information block shown when a search could not be served (the episode goes on).

@@ -9,7 +9,7 @@ __all__ = ["parse_action"]
 
 
 def parse_action(text: str, protocol: Protocol) -> ParsedAction:
-    """Read an action: its first complete ``search`` or ``answer`` block, by :attr:`Protocol.scanner`'s rule.
+    """Read an action: its first complete ``search``, ``open`` or ``answer`` block, by :attr:`Protocol.scanner`'s rule.
 
     The block is the first closing tag together with the nearest opening tag of its kind before it
     (:mod:`searchenv.protocol.scan`); text after it is dropped, and the hints an environment appends are never
@@ -31,9 +31,9 @@ def parse_action(text: str, protocol: Protocol) -> ParsedAction:
     if block.kind == "answer":
         return ParsedAction("answer", body.strip(), kept, dropped)
     if protocol.action_format == "tool-call":
-        kind, content, reason = read_call(body, protocol.answer_mode)
+        kind, content, reason = read_call(body, protocol.answer_mode, protocol.opens)
         return ParsedAction(kind, content, kept, dropped, reason)
-    query = body.strip()
-    if not query:  # <search></search> asks nothing
+    content = body.strip()
+    if not content:  # <search></search> asks nothing, <access></access> names nothing
         return ParsedAction("invalid", None, kept, dropped)
-    return ParsedAction("search", query, kept, dropped)
+    return ParsedAction("open" if block.kind == "open" else "search", content, kept, dropped)

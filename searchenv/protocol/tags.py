@@ -1,4 +1,5 @@
-"""The papers' tag protocols: Search-R1 (and its few-shot variant for tiny models), R1-Searcher and R-Search."""
+"""The papers' tag protocols: Search-R1 (and its few-shot variant for tiny models), R1-Searcher, R-Search, and
+ASearcher's, whose agent also opens a result whole with ``<access>``."""
 
 from __future__ import annotations
 
@@ -32,6 +33,18 @@ _R_SEARCH_PROMPT = (
     "</answer>. Question: {question}\n"
 )
 
+# ASearcher's tags (agent/asearcher.py): <search>, <access> and <answer>; search results and opened pages both come
+# back in an <information> block. The wording is ours; <access> takes the number of a result of the latest search
+# (or its URL / id).
+_ASEARCHER_PROMPT = (
+    "Answer the question below. Think step by step inside <think> and </think> every time you receive new "
+    "information. To search, write <search> your query </search>; the results come back numbered between "
+    "<information> and </information>. To read one result whole, write <access> its number </access> (a URL or "
+    "id it showed also works); the document comes back between <information> and </information>. You may "
+    "search and read as many times as you need. Once you know enough, give only the final answer inside <answer> "
+    "and </answer>, for example <answer> Paris </answer>. Question: {question}\n"
+)
+
 
 TAG_PROTOCOLS: dict[str, Protocol] = {
     "search-r1": Protocol(name="search-r1"),
@@ -56,6 +69,16 @@ TAG_PROTOCOLS: dict[str, Protocol] = {
             "\nMy previous action is invalid. To search, I should put the query between <search> and "
             "</search>. To answer, I should write my evidence in <original_evidence> and </original_evidence> "
             "and then the answer between <answer> and </answer>.\n"
+        ),
+    ),
+    "asearcher": Protocol(
+        name="asearcher",
+        open_tags=("<access>", "</access>"),
+        prompt_template=_ASEARCHER_PROMPT,
+        invalid_hint=(
+            "\nMy previous action is invalid. To search, I should put the query between <search> and </search>. "
+            "To read a result, I should put its number between <access> and </access>. To give the final answer, "
+            "I should put it between <answer> and </answer>. Let me try again.\n"
         ),
     ),
 }

@@ -26,13 +26,14 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from searchenv.protocol.base import ActionKind, AnswerMode, Protocol
+from searchenv.protocol.base import OPEN_TOOL_NAME, ActionKind, AnswerMode, Protocol
 
 if TYPE_CHECKING:
     from searchenv.episode.episode import Episode
 
 __all__ = [
     "ANSWER_TOOL",
+    "OPEN_TOOL",
     "SEARCH_TOOL",
     "chat_messages",
     "declare_tools",
@@ -63,6 +64,24 @@ ANSWER_TOOL: dict[str, Any] = {
             "type": "object",
             "properties": {"answer": {"type": "string", "description": "the final answer, as short as possible"}},
             "required": ["answer"],
+        },
+    },
+}
+
+OPEN_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": OPEN_TOOL_NAME,
+        "description": "Open one search result whole and read its document.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "ref": {
+                    "type": "string",
+                    "description": "the number of a result of your latest search (1 is the first), or its URL or id",
+                }
+            },
+            "required": ["ref"],
         },
     },
 }
@@ -112,19 +131,28 @@ def _tool_turn(tokenizer: Any | None) -> tuple[str, str]:
     )
 
 
-def tool_call_protocol(tokenizer: Any | None = None, answer: AnswerMode = "tag", name: str = "tool-call") -> Protocol:
+def tool_call_protocol(
+    tokenizer: Any | None = None, answer: AnswerMode = "tag", name: str = "tool-call", *, open_page: bool = False
+) -> Protocol:
     """A protocol whose searches are native tool calls, framed as ``tokenizer``'s chat template frames them.
 
     Without a tokenizer the framing is ChatML/Hermes (Qwen2.5, SmolLM2). ``answer`` picks how the answer is
-    given (see the module docstring).
+    given (see the module docstring). ``open_page=True`` adds the ``open_page`` tool, which opens a result of
+    the latest search whole (the tag protocols' ``<access>``).
     """
     if answer not in _PROMPTS:
         raise ValueError(f"answer must be one of {sorted(_PROMPTS)}, got {answer!r}")
     prefix, suffix = _tool_turn(tokenizer)
-    tools = [SEARCH_TOOL, *([ANSWER_TOOL] if answer == "tool" else [])]
+    tools = [SEARCH_TOOL, *([OPEN_TOOL] if open_page else []), *([ANSWER_TOOL] if answer == "tool" else [])]
+    reading = (
+        f"To read a result whole, call the {OPEN_TOOL_NAME} tool with its number; the document comes back in a "
+        "tool message. "
+        if open_page
+        else ""
+    )
     prompt = (
         "Answer the question below. Whenever you are missing knowledge, call the search tool; its results "
-        "come back in a tool message, and you may search as many times as you need. "
+        f"come back in a tool message, and you may search as many times as you need. {reading}"
         f"{_PROMPTS[answer]} Question: {{question}}\n"
     )
     hint = (
@@ -147,8 +175,12 @@ def tool_call_protocol(tokenizer: Any | None = None, answer: AnswerMode = "tag",
     )
 
 
-def read_call(body: str, answer_mode: AnswerMode) -> tuple[ActionKind, str | None, str | None]:
-    """What one tool call's JSON asks: (kind, content, reason when invalid). Never raises."""
+def read_call(body: str, answer_mode: AnswerMode, opens: bool = False) -> tuple[ActionKind, str | None, str | None]:
+    """What one tool call's JSON asks: (kind, content, reason when invalid). Never raises.
+
+    ``opens``: the protocol declares the ``open_page`` tool, whose ``ref`` (a result's number, a URL or an id;
+    a JSON number is read as its digits) is the content of an ``open`` action.
+    """
     try:
         call = json.loads(body)
     except (ValueError, RecursionError) as exc:
@@ -169,6 +201,13 @@ def read_call(body: str, answer_mode: AnswerMode) -> tuple[ActionKind, str | Non
         if not isinstance(query, str) or not query.strip():
             return "invalid", None, 'the search tool needs a non-empty string "query"'
         return "search", query.strip(), None
+    if name == OPEN_TOOL_NAME and opens:
+        ref = arguments.get("ref")
+        if isinstance(ref, int) and not isinstance(ref, bool):
+            ref = str(ref)
+        if not isinstance(ref, str) or not ref.strip():
+            return "invalid", None, f'the {OPEN_TOOL_NAME} tool needs a "ref": a result number, a URL or an id'
+        return "open", ref.strip(), None
     if name == "answer" and answer_mode == "tool":
         value = arguments.get("answer")
         if not isinstance(value, str):
@@ -209,16 +248,16 @@ def chat_messages(episode: Episode) -> list[dict[str, Any]]:
     for turn in episode.turns:
         action = turn.action
         message: dict[str, Any] = {"role": "assistant", "content": action.kept}
-        if action.kind == "search":
+        tool = {"search": "search", "open": OPEN_TOOL_NAME}.get(action.kind)
+        if tool is not None:
             call = protocol.scanner.read(action.kept).first_block()
             message["content"] = action.kept[: call.start if call is not None else 0].strip()
-            message["tool_calls"] = [
-                {"type": "function", "function": {"name": "search", "arguments": {"query": action.content}}}
-            ]
+            arguments = {"query": action.content} if tool == "search" else {"ref": action.content}
+            message["tool_calls"] = [{"type": "function", "function": {"name": tool, "arguments": arguments}}]
         messages.append(message)
         body = protocol.information_body(turn.observation)
         if body is not None:
-            messages.append({"role": "tool", "name": "search", "content": body})
+            messages.append({"role": "tool", "name": tool or "search", "content": body})
         elif turn.observation:  # the corrective hint, said in the assistant's voice as in the tag protocols
             messages[-1]["content"] += turn.observation
     return messages
