@@ -156,6 +156,12 @@ def add_env_arguments(parser: argparse.ArgumentParser, **defaults: Any) -> None:
         help="passage words per information block ('none': no cap)",
     )
     env.add_argument(
+        "--max-page-words",
+        type=_word_cap,
+        default=default["max_page_words"],
+        help="words of an opened document (<access>, open_page) shown ('none': no cap)",
+    )
+    env.add_argument(
         "--max-query-chars", type=positive_int, default=default["max_query_chars"], help="longer queries are cut"
     )
     env.add_argument(

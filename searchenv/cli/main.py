@@ -35,6 +35,7 @@ COMMANDS: dict[str, Command] = {
     "play": Command("searchenv.cli.play:add_parser", "type the model's actions yourself"),
     "world": Command("searchenv.cli.world:add_parser", "generate the embedded knowledge world and save it as jsonl"),
     "serve": Command("searchenv.cli.serve:add_parser", "serve a retriever over HTTP (Search-R1's POST /retrieve API)"),
+    "mcp": Command("searchenv.cli.mcp:add_parser", "serve a retriever's search and open as MCP tools (stdio or HTTP)"),
     "study": Command(
         "searchenv.cli.study:add_study_parser",
         "compare search engines (random, bm25, e5-hnsw, e5-exact) by answer recall@k, QPS and latency",

@@ -192,9 +192,9 @@ class SearchQAEnv(gym.Env[str, str]):
         if on_retrieval_error not in ("observe", "raise"):
             raise ValueError(f"on_retrieval_error must be 'observe' or 'raise', got {on_retrieval_error!r}")
         if max_page_words is not None and (
-            isinstance(max_page_words, bool) or not isinstance(max_page_words, int) or max_page_words < 1
+            isinstance(max_page_words, bool) or not isinstance(max_page_words, int) or max_page_words < 0
         ):
-            raise ValueError(f"max_page_words must be a positive integer or None, got {max_page_words!r}")
+            raise ValueError(f"max_page_words must be an integer >= 0 or None, got {max_page_words!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
         parts = env_components(dataset, split, corpus, retriever, reward, protocol, retriever_options, data_dir)
