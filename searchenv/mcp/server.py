@@ -17,17 +17,24 @@ Transport = Literal["stdio", "streamable-http"]
 TRANSPORTS: tuple[Transport, ...] = ("stdio", "streamable-http")
 
 
-def _sdk() -> Any:
+def _sdk() -> tuple[Any, type[Exception]]:
+    """The SDK's server class and the error a tool raises on purpose (its text reaches the client)."""
     try:
         from mcp.server import MCPServer
+        from mcp.server.mcpserver.exceptions import ToolError
     except ImportError as exc:
         raise ImportError("searchenv mcp needs the official MCP SDK (mcp >= 2): pip install 'searchenv[mcp]'") from exc
-    return MCPServer
+    return MCPServer, ToolError
 
 
 def build_server(tools: SearchTools, name: str = "searchenv") -> Any:
-    """An ``MCPServer`` whose tools are ``search(query, k)`` and ``open(ref)``."""
-    server = _sdk()(
+    """An ``MCPServer`` whose tools are ``search(query, k)`` and ``open(ref)``.
+
+    A failed call (a bad argument, an engine or page that fails) is the SDK's ``ToolError``: the client gets an
+    ``isError`` result that says what went wrong, instead of the SDK's generic "Error executing tool".
+    """
+    server_class, tool_error = _sdk()
+    server = server_class(
         name,
         instructions=(
             "search finds passages or pages for a query (results carry an id or URL); open returns the whole "
@@ -37,11 +44,17 @@ def build_server(tools: SearchTools, name: str = "searchenv") -> Any:
 
     async def search(query: str, k: int = tools.topk) -> dict[str, Any]:
         """Search the engine: the top k results for the query, best first (rank, id, title, text, score)."""
-        return await tools.search(query, k)
+        try:
+            return await tools.search(query, k)
+        except Exception as exc:
+            raise tool_error(f"{type(exc).__name__}: {exc}") from exc
 
     async def open(ref: str) -> dict[str, Any]:  # noqa: A001 - the tool's name, as clients call it
         """Open one search result whole: give the id or URL a search returned; returns its title and text."""
-        return await tools.open(ref)
+        try:
+            return await tools.open(ref)
+        except Exception as exc:
+            raise tool_error(f"{type(exc).__name__}: {exc}") from exc
 
     server.add_tool(search, name="search")
     server.add_tool(open, name="open")

@@ -1,0 +1,83 @@
+"""``searchenv mcp``: the official MCP SDK's own client lists the tools, searches and opens a result.
+
+Over stdio, the client starts the real command (``python -m searchenv.cli mcp``) as a subprocess; over streamable
+HTTP, the server's app runs under uvicorn on 127.0.0.1. Both serve the embedded world with its native BM25 index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import pytest
+from servers import serve_in_thread
+
+pytest.importorskip("mcp")
+
+from mcp import Client  # noqa: E402
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
+
+from searchenv.components import build_opener, build_retriever  # noqa: E402
+from searchenv.mcp.server import build_server  # noqa: E402
+from searchenv.mcp.tools import SearchTools  # noqa: E402
+
+QUERY = "In what year was Brosara founded?"
+
+
+def _payload(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    return json.loads(result.content[0].text)
+
+
+async def _session(client: Client) -> tuple[list[str], dict[str, Any], dict[str, Any], Any, Any]:
+    tools = await client.list_tools()
+    found = _payload(await client.call_tool("search", {"query": QUERY, "k": 2}))
+    opened = _payload(await client.call_tool("open", {"ref": found["results"][0]["id"]}))
+    missing = await client.call_tool("open", {"ref": "no-such-id"})
+    too_many = await client.call_tool("search", {"query": QUERY, "k": 1000})
+    return sorted(t.name for t in tools.tools), found, opened, missing, too_many
+
+
+def _check(session: tuple[list[str], dict[str, Any], dict[str, Any], Any, Any]) -> None:
+    names, found, opened, missing, too_many = session
+    assert names == ["open", "search"]
+    assert [r["rank"] for r in found["results"]] == [1, 2] and found["results"][0]["title"] == "Brosara"
+    assert opened["title"] == "Brosara" and "founded in 999" in opened["text"] and opened["clipped"] is False
+    assert missing.is_error and "no passage with id 'no-such-id'" in missing.content[0].text
+    assert too_many.is_error and "k must be between 1 and" in too_many.content[0].text
+
+
+@pytest.mark.timeout(300)
+def test_stdio_server_started_by_the_sdk_client_searches_and_opens() -> None:
+    command = StdioServerParameters(command=sys.executable, args=["-m", "searchenv.cli", "mcp", "--retriever", "bm25"])
+
+    async def run() -> tuple[list[str], dict[str, Any], dict[str, Any], Any, Any]:
+        async with Client(command, read_timeout_seconds=240) as client:
+            return await _session(client)
+
+    _check(asyncio.run(run()))
+
+
+def test_streamable_http_server_on_loopback_searches_and_opens() -> None:
+    retriever = build_retriever("bm25")
+    tools = SearchTools(retriever, build_opener("bm25", retriever), max_page_words=5)
+    app = build_server(tools).streamable_http_app(streamable_http_path="/mcp")
+
+    async def run(url: str) -> tuple[list[str], dict[str, Any], dict[str, Any], Any, Any]:
+        async with Client(f"{url}/mcp") as client:
+            return await _session(client)
+
+    with serve_in_thread(app) as url:
+        names, found, opened, missing, too_many = asyncio.run(run(url))
+    assert opened["clipped"] is True and opened["text"].endswith(" …") and len(opened["text"].split()) == 6
+    _check((names, found, {**opened, "text": "founded in 999", "clipped": False}, missing, too_many))
+
+
+def test_open_without_an_opener_says_the_engine_cannot_open_documents() -> None:
+    tools = SearchTools(build_retriever("bm25"), opener=None)
+    with pytest.raises(LookupError, match="cannot open documents"):
+        asyncio.run(tools.open("718"))
+    with pytest.raises(ValueError, match="non-empty"):
+        asyncio.run(tools.search("  "))
