@@ -28,7 +28,7 @@ ASEARCHER = PROTOCOLS["asearcher"]
 
 @pytest.fixture(scope="module")
 def world_env() -> SearchQAEnv:
-    return SearchQAEnv(protocol="asearcher", reward="em", max_turns=6)
+    return SearchQAEnv(protocol="asearcher", reward="em", max_turns=10)
 
 
 def _search_then_open(env: SearchQAEnv, index: int = 0) -> tuple[dict, str, dict]:
@@ -67,13 +67,26 @@ def test_a_bad_index_or_an_open_before_any_search_gets_the_fixed_text_and_a_deta
     observation, _, _, _, info = world_env.step("<access> 7 </access>")
     assert observation == ASEARCHER.format_open_error(missing=True)
     assert info["open_error"] == "result 7 named, but the latest search showed 3 results"
+    for odd in ("²", "0", "9" * 3000):  # a unicode digit, result 0, a number too long for int()
+        *_, odd_info = world_env.step(f"<access> {odd} </access>")
+        assert "open_error" in odd_info
     observation, _, _, _, info = world_env.step("<access> no-such-id </access>")
     assert observation == ASEARCHER.format_open_error(missing=False)
     assert "no passage with id 'no-such-id'" in info["open_error"] and info["document_ref"] == "no-such-id"
     assert "no-such-id" not in observation  # details never reach the model
     facts = world_env.episode.facts
-    assert (facts.num_opens, facts.num_failed_opens) == (0, 3)
-    assert [t.opened for t in world_env.episode.turns] == ["failed", None, "failed", "failed"]
+    assert (facts.num_opens, facts.num_failed_opens) == (0, 6)
+    assert [t.opened for t in world_env.episode.turns] == ["failed", None, *["failed"] * 5]
+
+
+def test_a_reference_the_corpus_lacks_is_the_episode_s_failure_even_when_errors_raise() -> None:
+    env = SearchQAEnv(protocol="asearcher", on_retrieval_error="raise")
+    env.reset(options={"index": 0})
+    *_, info = env.step("<access> no-such-id </access>")
+    assert "no passage with id" in info["open_error"]
+    env.opener = Counting(raise_on="boom")  # type: ignore[assignment]
+    with pytest.raises(RuntimeError, match="opener crashed"):
+        env.step("<access> boom </access>")
 
 
 def test_an_id_opens_directly_and_result_numbers_follow_the_latest_search(world_env: SearchQAEnv) -> None:

@@ -53,7 +53,7 @@ class CorpusArticles:
         """The position of the passage with id ``ref``. wiki-18's and the world's ids are their row numbers, so
         that is tried first; any other corpus gets an id table, built once."""
         ids = self.corpus.ids
-        if ref.isdigit() and int(ref) < len(ids) and ids[int(ref)] == ref:
+        if ref.isascii() and ref.isdigit() and len(ref) <= 18 and int(ref) < len(ids) and ids[int(ref)] == ref:
             return int(ref)
         if self._positions is None:
             self._positions = {id_: position for position, id_ in enumerate(ids)}

@@ -149,12 +149,12 @@ def resolve_ref(turns: Sequence[Turn], ref: str) -> tuple[str | None, str | None
     it does not change what N means); its id is what the opener receives — a corpus passage id, or the URL a web
     retriever gives as its results' ids. Any other text is taken as an id or URL itself.
     """
-    if not ref.isdigit():
+    if not (ref.isascii() and ref.isdigit()):  # "²" is a digit to str.isdigit, not to int()
         return ref, None
     latest = next((t for t in reversed(turns) if t.searched), None)
     if latest is None:
         return None, f"result {ref} named, but no search has shown results yet"
-    number = int(ref)
+    number = int(ref) if len(ref) <= 9 else 0  # a longer number names no result (and int() of it may refuse)
     if not 1 <= number <= len(latest.shown_ids):
         shown = len(latest.shown_ids)
         return None, f"result {ref} named, but the latest search showed {shown} result{'s' * (shown != 1)}"
@@ -310,7 +310,7 @@ def run_open(opener: DocumentOpener | None, refs: Sequence[str], raise_errors: b
     """``open_documents`` for ``refs`` in one call, read by :func:`read_open`: per reference, its document or the
     message of its failure. A call that raises is opened again in halves, as a search is (:func:`isolates`)."""
     outcome = _open_call(opener, refs)
-    if isolates(outcome, len(refs), raise_errors):
+    if opener is not None and isolates(outcome, len(refs), raise_errors):
         half = len(refs) // 2
         return run_open(opener, refs[:half], False) + run_open(opener, refs[half:], False)
     return read_open(outcome, refs, opener, raise_errors)
@@ -352,10 +352,12 @@ def _open_call(opener: DocumentOpener | None, refs: Sequence[str]) -> object:
 
 def read_open(outcome: object, refs: Sequence[str], opener: DocumentOpener | None, raise_errors: bool) -> list[Found]:
     """What ``open_documents`` returned for ``refs`` (or raised) as, per reference, its :class:`Document` or the
-    message its episode's ``info["open_error"]`` gets (raised instead when ``raise_errors``).
+    message its episode's ``info["open_error"]`` gets.
 
     The answer is checked against the contract (one entry per reference, each a ``Document`` with ``str`` fields
-    or an exception); a breach is a failed open of the reference it concerns.
+    or an exception); a breach is a failed open of the reference it concerns. ``raise_errors`` raises a failed
+    call and a breach; an exception the opener returns for one reference (an id the corpus lacks, a page that
+    cannot be read) is that reference's answer, not the opener's failure, and is never raised.
     """
     name = type(opener).__name__
     error = _failure(outcome)
@@ -375,12 +377,13 @@ def read_open(outcome: object, refs: Sequence[str], opener: DocumentOpener | Non
             found.append(entry)
             continue
         if not isinstance(entry, BaseException):
-            entry = TypeError(
+            breach = TypeError(
                 f"{name}.open_documents returned a {type(entry).__name__} for {ref[:80]!r}; it must return a "
                 "searchenv.Document (ref, title, text as str) or an exception per reference"
             )
-        if raise_errors:
-            raise entry
+            if raise_errors:
+                raise breach
+            entry = breach
         found.append(_message(entry))
     return found
 

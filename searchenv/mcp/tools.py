@@ -57,7 +57,7 @@ class SearchTools:
         if not ref.strip():
             raise ValueError("ref must be the id or URL of a search result")
         (found,) = await arun_open(self.opener, [ref.strip()], raise_errors=True)
-        if not isinstance(found, Document):  # raise_errors=True: a failure has raised already
-            raise RuntimeError(f"could not open {ref!r}: {found}")
+        if not isinstance(found, Document):  # this reference's own failure (a failed call has raised already)
+            raise LookupError(f"could not open {ref[:200]!r}: {found}")
         text, clipped = clip_words(found.text, self.max_page_words)
         return {"ref": found.ref, "title": found.title, "text": text, "clipped": clipped}
