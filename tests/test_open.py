@@ -272,3 +272,16 @@ def test_the_format_check_reads_access_blocks() -> None:
     assert not check_format(ok, "search-r1")  # <access> is no tag there: text between tags
     with pytest.raises(ValueError, match="open_page"):
         Protocol(name="x", action_format="tool-call", open_tags=("<a>", "</a>"))
+
+
+def test_the_vector_env_opens_for_every_sub_environment() -> None:
+    import gymnasium as gym
+
+    envs = gym.make_vec("SearchQA-v0", num_envs=2, protocol="asearcher")
+    envs.reset(seed=0)
+    envs.step(["<search> a town </search>", "<search> a physician </search>"])
+    observations, *_, infos = envs.step(["<access> 1 </access>", "<access> 4 </access>"])
+    envs.close()
+    assert observations[0].startswith("\n\n<information>Page(Title: ")
+    assert observations[1] == ASEARCHER.format_open_error(missing=True)
+    assert list(infos["action"]) == ["open", "open"]
