@@ -147,6 +147,7 @@ class SearchQAEnv(gym.Env[str, str]):
     the next one (:class:`~searchenv.env.merged_search.SearchMerger`, the policy of the retrieval service's
     micro-batcher). A bad query fails only its own episode. ``search_merger`` holds the setting::
 
+        from searchenv.env import SearchMerger
         env.unwrapped.search_merger = SearchMerger(wait_ms=5.0)
 
     ```python
