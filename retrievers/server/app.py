@@ -3,7 +3,7 @@
 Compared with Search-R1's server this one accepts every body the peers send (Search-R1/verl's
 ``{"queries", "topk", "return_scores"}`` and SkyRL's single ``{"query"}``, with ``topk``/``top_k``/``k``), answers
 ``return_scores: false`` with bare documents instead of an HTTP 500, keeps the event loop free under load
-(searches run on a worker thread, merged by :class:`~searchenv.retrievers.server.batching.MicroBatcher`; only a
+(searches run on a worker thread, merged by :class:`~searchenv.retrievers.batching.MicroBatcher`; only a
 quick lone request on an idle server is searched on the loop), caches ``(query, k)`` answers, enforces body/query
 limits and an optional bearer token, answers bad requests with a JSON 4xx that says what to fix, and returns each
 passage's ``contents`` exactly as the corpus file stores it (:attr:`~searchenv.types.Passage.contents`, which the
@@ -23,15 +23,17 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from searchenv.retrievers.batching import MicroBatcher
 from searchenv.retrievers.http.remote import TOKEN_ENV
 from searchenv.retrievers.http.retry import RetrievalUnavailable
 from searchenv.retrievers.http.wire import Limits, WireError, encode_response, parse_request
-from searchenv.retrievers.server.batching import MicroBatcher, QueryCache
+from searchenv.retrievers.server.answer_cache import QueryCache
 from searchenv.types import Passage, Retriever
 
 if TYPE_CHECKING:  # fastapi is imported by create_app only, so `searchenv --help` works without the server extra
@@ -66,7 +68,7 @@ class ServerConfig:
         max_batch_queries: most queries merged into one retriever call.
         inline_budget_ms: a request that finds the server idle is searched on the event loop, skipping the hand-off
             to the worker thread, when the engine computes in-process (``compute_only``) and its last call took at
-            most this long (see :class:`~searchenv.retrievers.server.batching.MicroBatcher`); 0 turns it off.
+            most this long (see :class:`~searchenv.retrievers.batching.MicroBatcher`); 0 turns it off.
         token: bearer token required on ``/retrieve``; ``None`` leaves the endpoint open.
         hold_while_loading_s: a request that arrives while the engine is still loading waits up to this long for
             it before being answered 503 + ``Retry-After`` (so clients rarely see a loading worker at all).
@@ -145,7 +147,14 @@ class _State:
         self.error: str | None = None
         self.started = time.time()
         self.cache = QueryCache(config.cache_size)
-        self.batcher = MicroBatcher(self._search, config.batch_wait_ms / 1000, config.max_batch_queries)
+        # The engine runs on one worker thread (or, see MicroBatcher, on the loop for a quick lone request).
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="searchenv-retrieve")
+        self.batcher: MicroBatcher[str, list[Passage]] = MicroBatcher(
+            self._search_on_thread,
+            max_wait_s=config.batch_wait_ms / 1000,
+            max_items=config.max_batch_queries,
+            run_inline=self._search,
+        )
         self.corpus_size: int | None = None
         self.settled: asyncio.Event | None = None  # set once loading succeeded or failed
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -153,9 +162,21 @@ class _State:
         if retriever is not None:
             self._ready(retriever)
 
-    def _search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+    def _search(self, k: int, queries: list[str]) -> list[list[Passage]]:
+        """The engine's answer, one list of at most ``k`` passages per query, or an error that says what is wrong."""
         assert self.retriever is not None
-        return self.retriever.search(queries, k)
+        results = self.retriever.search(queries, k)
+        if len(results) != len(queries):
+            raise RuntimeError(f"the retriever returned {len(results)} result lists for {len(queries)} queries")
+        return [list(r[:k]) for r in results]
+
+    async def _search_on_thread(self, k: int, queries: list[str]) -> list[list[Passage]]:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._search, k, queries)
+
+    async def stop(self) -> None:
+        """At shutdown: stop the merged search in progress and the engine's thread."""
+        await self.batcher.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _ready(self, retriever: Retriever) -> None:
         corpus = getattr(retriever, "corpus", None)
@@ -353,10 +374,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
-        state.batcher.start()
         state.start_loading()
         yield
-        await state.batcher.stop()
+        await state.stop()
 
     class RetrievalApp(FastAPI):
         """FastAPI, except that ``/retrieve`` is answered before FastAPI's middleware and routing."""

@@ -4,7 +4,8 @@ Trainers (verl, SkyRL, Search-R1's own loop) expect retrieval on a URL, so one w
 workers instead of each loading its own copy. The service is split by concern:
 
 * :mod:`~searchenv.retrievers.server.app` — the HTTP app (wire format, limits, auth, stored ``contents``);
-* :mod:`~searchenv.retrievers.server.batching` — the micro-batcher and the ``(query, k)`` cache;
+* :mod:`~searchenv.retrievers.server.answer_cache` — the ``(query, k)`` cache (concurrent requests are merged
+  by :mod:`searchenv.retrievers.batching`);
 * :mod:`~searchenv.retrievers.server.run` — running it in one process or several workers;
 * this module — the command line (``searchenv serve`` or ``python -m searchenv.retrievers.server``).
 """

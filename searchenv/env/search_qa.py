@@ -17,6 +17,7 @@ import gymnasium as gym
 from searchenv.components import env_components
 from searchenv.corpus import Corpus
 from searchenv.data.datasets import DEFAULT_SPLIT, example_from_row
+from searchenv.env.merged_search import DEFAULT_MERGER, SearchMerger
 from searchenv.env.spaces import UnicodeText
 from searchenv.env.step_rules import (
     Found,
@@ -149,6 +150,29 @@ class SearchQAEnv(gym.Env[str, str]):
     :func:`~searchenv.env.stepping.step_batch_async` inside an event loop: one ``search`` per (retriever,
     k), and all episodes step or none do.
 
+    ## Asynchronous stepping
+
+    Asynchronous trainers (veRL's fully-async mode, SkyRL's async generator, TRL's ``AsyncGRPOTrainer``) step
+    each episode on its own, whenever its model turn is done. ``await env.unwrapped.step_async(action)`` is
+    :meth:`step` as a coroutine: the same result, ``info`` and errors, and a search that never blocks the event
+    loop. Searches of concurrent episodes that share one retriever object (environments built with
+    :meth:`sibling`, or named engines, which the process shares) are merged into one engine call: a call waits
+    up to 2 ms for more searches once searches arrive together, and searches arriving while a call runs form
+    the next one (:class:`~searchenv.env.merged_search.SearchMerger`, the policy of the retrieval service's
+    micro-batcher). A bad query fails only its own episode. ``search_merger`` holds the setting::
+
+        from searchenv.env import SearchMerger
+        env.unwrapped.search_merger = SearchMerger(wait_ms=5.0)
+
+    ```python
+    >>> import asyncio
+    >>> with gym.make("SearchQA-v0") as env:
+    ...     _ = env.reset(seed=0)
+    ...     asyncio.run(env.unwrapped.step_async("<answer>Paris</answer>")).info["end_reason"]
+    'answer'
+
+    ```
+
     ## Closing
 
     ``close()`` (or leaving a ``with`` block) drops the episode, and the environment refuses to step or reset
@@ -162,6 +186,9 @@ class SearchQAEnv(gym.Env[str, str]):
     """
 
     metadata = {"render_modes": ["ansi", "human"]}
+    #: Merges the searches of concurrent :meth:`step_async` calls (see "Asynchronous stepping"); set it on an
+    #: instance (``env.unwrapped.search_merger = SearchMerger(wait_ms=5)``) to change the wait window.
+    search_merger: SearchMerger = DEFAULT_MERGER
 
     def __init__(
         self,
@@ -292,6 +319,30 @@ class SearchQAEnv(gym.Env[str, str]):
             (found,) = run_search(self.retriever, [plan.query], self.topk, raises, golds)
         elif plan.open_ref is not None:
             (found,) = run_open(self.opener, [plan.open_ref], raises)
+        return self.apply_step(step_outcome(self, episode, plan, found))
+
+    async def step_async(self, action: str) -> StepResult:
+        """:meth:`step` as a coroutine, for trainers that step each episode on its own inside an event loop.
+
+        Same result, ``info`` and errors as :meth:`step`, through the same step rules. The search never runs on
+        the event loop (``asearch`` is awaited, any other engine's ``search`` runs in a worker thread), and
+        searches of concurrent episodes that share this retriever object become one engine call
+        (:attr:`search_merger`). Nothing is applied until the search is back: a cancelled step leaves the
+        episode as it was, and a step whose episode was reset, closed or stepped meanwhile raises.
+        """
+        episode = self.episode
+        plan = plan_step(self, episode, action)
+        found: list[Passage] | str | None = None
+        if plan.query is not None:
+            turns = len(episode.turns)
+            raises = self.on_retrieval_error == "raise"
+            golds = episode.example.golden_answers
+            found = await self.search_merger.search(self.retriever, plan.query, self.topk, golds, raises)
+            if self._episode is not episode or len(episode.turns) != turns:
+                raise RuntimeError(
+                    "the episode was reset, closed or stepped while this step_async was searching, so the step was "
+                    "not applied; await each step of an environment before its next step or reset"
+                )
         return self.apply_step(step_outcome(self, episode, plan, found))
 
     def apply_step(self, outcome: StepOutcome) -> StepResult:

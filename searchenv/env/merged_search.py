@@ -1,0 +1,99 @@
+"""The searches of concurrent episodes merged into few engine calls: what ``SearchQAEnv.step_async`` awaits.
+
+Under an asynchronous trainer every episode steps on its own, so :func:`~searchenv.env.stepping.step_batch`'s
+one engine call per step is lost: 256 episodes would make 256 calls of one query. A :class:`SearchMerger`
+gives them back the batch. Episodes that share one retriever object search through one
+:class:`~searchenv.retrievers.batching.MicroBatcher` (the retrieval service's policy: one call at a time, a
+wait window of a few milliseconds once searches arrive together, grouped by ``k``), so searches made at nearly
+the same moment are one ``search`` call. Each merged call goes through the step rules
+(:func:`~searchenv.env.step_rules.arun_search`): ``asearch`` is awaited where the engine has one, any other
+engine's ``search`` runs in a worker thread, a failure is narrowed down to the queries that cause it, and the
+episodes' gold answers go to engines that ask for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from searchenv.env.step_rules import Found, arun_search
+from searchenv.retrievers.batching import MicroBatcher
+from searchenv.types import Retriever
+
+__all__ = ["DEFAULT_MERGER", "SearchMerger"]
+
+#: One query of one episode with the episode's gold answers (for engines that set ``wants_golds``).
+_Item = tuple[str, tuple[str, ...]]
+#: Searches that may share a call: the same ``k`` and the same ``on_retrieval_error`` ("raise" or not).
+_Key = tuple[int, bool]
+
+
+class SearchMerger:
+    """Merges the searches of episodes that share a retriever, per event loop.
+
+    Args:
+        wait_ms: how long a merged call waits for more searches once searches have been seen arriving together
+            (2 ms, the retrieval service's default). An episode's search waits at most this long; a search that
+            arrives alone is never held.
+        max_queries: most queries in one call.
+
+    One :class:`~searchenv.retrievers.batching.MicroBatcher` is kept per (event loop, retriever object): a
+    batcher is never shared by two loops (two ``asyncio.run`` calls, or loops in two threads, each get their
+    own), and one loop's batchers go when the loop does. Searches with different ``k`` never share a call;
+    neither do episodes told ``on_retrieval_error="raise"`` and the others, because a merged call that raises
+    is searched again request by request, so each raising episode gets exactly the error its own ``step``
+    would have raised.
+    """
+
+    def __init__(self, wait_ms: float = 2.0, max_queries: int = 1024):
+        if not (isinstance(wait_ms, (int, float)) and 0 <= wait_ms < float("inf")):
+            raise ValueError(f"wait_ms must be a finite number of milliseconds >= 0, got {wait_ms!r}")
+        if not isinstance(max_queries, int) or max_queries < 1:
+            raise ValueError(f"max_queries must be a positive integer, got {max_queries!r}")
+        self.wait_ms = float(wait_ms)
+        self.max_queries = max_queries
+        self._lock = threading.Lock()
+        self._batchers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[int, tuple[Retriever, MicroBatcher[_Item, Found]]]
+        ] = weakref.WeakKeyDictionary()
+
+    async def search(self, retriever: Retriever, query: str, k: int, golds: Sequence[str], raise_errors: bool) -> Found:
+        """One episode's search, as part of the next merged call: its passages, or the message of its failure
+        (raised instead when ``raise_errors``), exactly as :func:`~searchenv.env.step_rules.run_search` reads it."""
+        (found,) = await self._batcher(retriever).submit([(query, tuple(golds))], (k, raise_errors))
+        return found
+
+    def stats(self) -> dict[str, int]:
+        """Totals over the batchers of the event loops alive now (so call it inside the loop): gathered batches,
+        engine calls (``calls``), episodes' searches (``requests``) and the queries they held."""
+        with self._lock:
+            batchers = [b for per_loop in list(self._batchers.values()) for _, b in per_loop.values()]
+        return {name: sum(getattr(b, name) for b in batchers) for name in ("batches", "calls", "requests", "queries")}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Batchers belong to this process's event loops; a copy in another process starts with none.
+        return (SearchMerger, (self.wait_ms, self.max_queries))
+
+    def _batcher(self, retriever: Retriever) -> MicroBatcher[_Item, Found]:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            per_loop = self._batchers.setdefault(loop, {})
+            entry = per_loop.get(id(retriever))
+            if entry is None:  # the entry holds the retriever, so its id is not reused while the loop lives
+                run = partial(_search_merged, retriever)
+                batcher = MicroBatcher(run, max_wait_s=self.wait_ms / 1000, max_items=self.max_queries)
+                entry = per_loop[id(retriever)] = (retriever, batcher)
+        return entry[1]
+
+
+async def _search_merged(retriever: Retriever, key: _Key, items: list[_Item]) -> list[Found]:
+    k, raise_errors = key
+    return await arun_search(retriever, [q for q, _ in items], k, raise_errors, [g for _, g in items])
+
+
+#: The merger every environment uses unless its ``search_merger`` attribute is set to another.
+DEFAULT_MERGER = SearchMerger()
