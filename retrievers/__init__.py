@@ -83,7 +83,7 @@ _DENSE_OPTIONS: dict[str, type] = {
 }
 
 # The web search backends' options (searchenv.retrievers.web.search.WebSearchRetriever); ``endpoint`` is Brave's
-# older spelling of ``url``; ``pages`` holds the page reader's options.
+# older spelling of ``url``; ``pages`` and ``summariser`` hold the page reader's and note-taker's options.
 _WEB_OPTIONS: dict[str, type] = {
     "url": str,
     "endpoint": str,
@@ -101,6 +101,7 @@ _WEB_OPTIONS: dict[str, type] = {
     "cache": str,
     "cache_mode": str,
     "pages": object,
+    "summariser": object,
     "price_per_1k": float,
 }
 

@@ -7,8 +7,9 @@ believes.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from searchenv.data.world.generator import generate_world
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.http.retry import RetrievalUnavailable
 from searchenv.retrievers.web.pages import PageError
-from searchenv.retrievers.web.record import Record, normal_query, normal_url
+from searchenv.retrievers.web.record import normal_query, normal_url
 from searchenv.retrievers.web.standin import LocalWeb
 
 KEY = "sk-record-never-stored-0042"
@@ -149,15 +150,22 @@ def test_keys_normalise_queries_and_urls() -> None:
     assert normal_url("https://example.org") == "https://example.org/"
 
 
-def _record_in_a_process(path: str, worker: int) -> list[Any]:
-    record = Record(path, "cached")
-    return [record.through("search", {"query": f"q{i}"}, lambda i=i: [worker, i]) for i in range(30)]
+# One process recording 30 answers into a shared file; prints what the record returned.
+_WRITER = """
+import json, sys
+from searchenv.retrievers.web.record import Record
+record = Record(sys.argv[1], "cached")
+print(json.dumps([record.through("search", {"query": f"q{i}"}, lambda i=i: [sys.argv[2], i]) for i in range(30)]))
+"""
 
 
 def test_many_processes_share_one_record(tmp_path: Path) -> None:
     path = str(tmp_path / "shared.sqlite")
-    with multiprocessing.get_context("spawn").Pool(3) as pool:
-        answers = pool.starmap(_record_in_a_process, [(path, w) for w in range(3)])
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, path, str(w)], stdout=subprocess.PIPE, text=True)
+        for w in range(3)
+    ]
+    answers = [json.loads(w.communicate(timeout=120)[0]) for w in writers]
     assert answers[0] == answers[1] == answers[2]  # the first answer stored for a key wins everywhere
     with sqlite3.connect(path) as db:
         assert db.execute("select count(*) from answers").fetchone() == (30,)

@@ -54,6 +54,7 @@ PAGE_ERROR_KINDS = {
     "unreachable": False,
     "overloaded": False,
     "not_recorded": False,
+    "summary_failed": False,
     "failed": False,
 }
 

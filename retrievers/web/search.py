@@ -40,6 +40,7 @@ from searchenv.retrievers.http.retry import (
 )
 from searchenv.retrievers.web.pages import PageReader
 from searchenv.retrievers.web.record import CACHE_MODES, NotRecorded, Record, normal_query
+from searchenv.retrievers.web.summary import Summariser
 from searchenv.types import Document, Passage
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ class WebSearchRetriever:
         cache: a SQLite file recording every search and page (see :mod:`.record`); ``None``: no record.
         cache_mode: ``"record"``, ``"replay"`` or ``"cached"`` (the default when ``cache`` is given).
         pages: options of the :class:`~searchenv.retrievers.web.pages.PageReader` that opens results.
+        summariser: options of a :class:`~searchenv.retrievers.web.summary.Summariser` (``url``, ``model``, ...)
+            that turns opened pages into notes on the question; ``None`` (default): pages are returned whole.
         price_per_1k: US dollars per 1,000 requests, for the record's cost estimate (default: the backend's list
             price, see docs/web.md).
     """
@@ -124,6 +127,7 @@ class WebSearchRetriever:
         cache: str | os.PathLike[str] | None = None,
         cache_mode: str | None = None,
         pages: dict[str, Any] | None = None,
+        summariser: dict[str, Any] | None = None,
         price_per_1k: float | None = None,
     ):
         url = url or self.default_url
@@ -156,6 +160,11 @@ class WebSearchRetriever:
         # A stand-in or a self-hosted instance on this machine serves the result pages too: allow its host.
         page_options = {"allowed_hosts": [urlsplit(self.url).netloc], **(pages or {})}
         self.pages = PageReader(record=self.record, **page_options)
+        if summariser is not None and not isinstance(summariser, dict):
+            raise ValueError(
+                f"summariser must be a mapping of Summariser options (url, model, ...), got {summariser!r}"
+            )
+        self.summariser = None if summariser is None else Summariser(record=self.record, **summariser)
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
         self._next_start = 0.0
@@ -190,10 +199,23 @@ class WebSearchRetriever:
             results[i] = passages[:k]
         return results
 
-    def open_documents(self, refs: Sequence[str]) -> list[Document | BaseException]:
+    def open_documents(
+        self, refs: Sequence[str], questions: Sequence[str] | None = None
+    ) -> list[Document | BaseException]:
         """Each result URL's page, its main text extracted (:class:`~searchenv.retrievers.web.pages.PageReader`):
-        one entry per ref, a :class:`~searchenv.retrievers.web.pages.PageError` for a page that could not be read."""
-        return self.pages.open_documents(refs)
+        one entry per ref, a :class:`~searchenv.retrievers.web.pages.PageError` for a page that could not be read.
+
+        With a ``summariser`` and ``questions`` (one per ref: the question of the episode opening it), each page
+        comes back as the summariser's note on that question."""
+        documents = self.pages.open_documents(refs)
+        if self.summariser is None or questions is None:
+            return documents
+        if len(questions) != len(documents):
+            raise ValueError(
+                f"open_documents got {len(questions)} questions for {len(documents)} refs; give one per ref"
+            )
+        summarise = self.summariser.summarise
+        return [summarise(d, q) if isinstance(d, Document) else d for d, q in zip(documents, questions, strict=True)]
 
     def close(self) -> None:
         with self._lock:
