@@ -1,10 +1,11 @@
 """Search backends behind one contract: ``search(queries, k) -> list[list[Passage]]``.
 
 :func:`make_retriever` turns a name (``"random"``, ``"bm25"``, ``"e5-exact"``, ``"e5-hnsw"``, ``"e5-ivfpq"``,
-``"web"``), a ``"package.module:factory"`` reference or a URL of a running retrieval service into a retriever
-over a corpus. The degraded engines ``"noisy"``, ``"empty"``, ``"shuffled"`` and ``"distractor"`` wrap another
-(``base``, with its own ``base_options``): see :mod:`searchenv.retrievers.degraded`.
-Engines are imported only when asked for, so ``import searchenv`` never pulls in torch, faiss or a JVM.
+the web's ``"brave"`` (also ``"web"``), ``"searxng"``, ``"serper"``), a ``"package.module:factory"`` reference or
+a URL of a running retrieval service into a retriever over a corpus. The degraded engines ``"noisy"``,
+``"empty"``, ``"shuffled"`` and ``"distractor"`` wrap another (``base``, with its own ``base_options``): see
+:mod:`searchenv.retrievers.degraded`. Engines are imported only when asked for, so ``import searchenv`` never
+pulls in torch, faiss or a JVM.
 
 :data:`RETRIEVER_OPTIONS` lists the options every engine accepts, so that :func:`check_retriever_options`
 can refuse a misspelt or mistyped option before any index is built (the CLI and
@@ -42,7 +43,10 @@ RETRIEVERS: dict[str, str] = {
     "e5-exact": "searchenv.retrievers.dense.retriever:exact_retriever",
     "e5-hnsw": "searchenv.retrievers.dense.retriever:hnsw_retriever",
     "e5-ivfpq": "searchenv.retrievers.dense.retriever:ivfpq_retriever",
-    "web": "searchenv.retrievers.http.web_search:BraveSearchRetriever",
+    "web": "searchenv.retrievers.web.brave:BraveSearchRetriever",
+    "brave": "searchenv.retrievers.web.brave:BraveSearchRetriever",
+    "searxng": "searchenv.retrievers.web.searxng:SearxngRetriever",
+    "serper": "searchenv.retrievers.web.serper:SerperRetriever",
     "noisy": "searchenv.retrievers.degraded.wrappers:noisy_retriever",
     "empty": "searchenv.retrievers.degraded.wrappers:empty_retriever",
     "shuffled": "searchenv.retrievers.degraded.wrappers:shuffled_retriever",
@@ -50,7 +54,7 @@ RETRIEVERS: dict[str, str] = {
 }
 
 #: Registered retrievers that search no corpus of ours (``corpus`` may be ``None`` for them).
-CORPUS_FREE: frozenset[str] = frozenset({"web"})
+CORPUS_FREE: frozenset[str] = frozenset({"web", "brave", "searxng", "serper"})
 
 # Wrappers that read no corpus themselves (their base may): every degraded engine but ``noisy``.
 _CORPUS_FREE_WRAPPERS: frozenset[str] = frozenset(WRAPPERS) - {"noisy"}
@@ -78,6 +82,29 @@ _DENSE_OPTIONS: dict[str, type] = {
     "num_threads": int,
 }
 
+# The web search backends' options (searchenv.retrievers.web.search.WebSearchRetriever); ``endpoint`` is Brave's
+# older spelling of ``url``; ``pages`` and ``summariser`` hold the page reader's and note-taker's options.
+_WEB_OPTIONS: dict[str, type] = {
+    "url": str,
+    "endpoint": str,
+    "api_key": str,
+    "api_key_env": str,
+    "timeout": float,
+    "retry_window": float,
+    "retries": int,
+    "backoff": float,
+    "max_backoff": float,
+    "concurrency": int,
+    "min_interval": float,
+    "params": object,
+    "seed": int,
+    "cache": str,
+    "cache_mode": str,
+    "pages": object,
+    "summariser": object,
+    "price_per_1k": float,
+}
+
 #: engine name → the keyword options its factory accepts and their types (see each factory's docstring).
 RETRIEVER_OPTIONS: dict[str, dict[str, type]] = {
     "random": {"seed": int},
@@ -102,20 +129,12 @@ RETRIEVER_OPTIONS: dict[str, dict[str, type]] = {
         "train_size": int,
         "seed": int,
     },
-    "web": {
-        "api_key": str,
-        "api_key_env": str,
-        "endpoint": str,
-        "timeout": float,
-        "retry_window": float,
-        "retries": int,
-        "backoff": float,
-        "max_backoff": float,
-        "concurrency": int,
-        "min_interval": float,
-        "params": object,
-        "seed": int,
+    "web": dict(_WEB_OPTIONS),  # Brave's first name
+    "brave": dict(_WEB_OPTIONS),
+    "searxng": {
+        name: kind for name, kind in _WEB_OPTIONS.items() if name not in ("api_key", "api_key_env", "endpoint")
     },
+    "serper": {name: kind for name, kind in _WEB_OPTIONS.items() if name != "endpoint"},
     # The degraded wrappers: ``base`` is an engine name or object, ``base_options`` its options, ``p`` a
     # probability or a schedule (checked by searchenv.retrievers.degraded.options).
     **{

@@ -1,7 +1,7 @@
 """Retrying HTTP calls to a search backend that restarts, throttles or stalls — one policy for every HTTP retriever.
 
 Both the client of a ``/retrieve`` service (:mod:`~searchenv.retrievers.http.remote`) and the web-search retriever
-(:mod:`~searchenv.retrievers.http.web_search`) talk to something that can be briefly away: a retrieval server being
+(:mod:`~searchenv.retrievers.web`) talk to something that can be briefly away: a retrieval server being
 restarted (Search-R1's takes 10–15 s to come back), a web API answering 429 with ``Retry-After``. The rules:
 
 * retry only what can succeed later — connection errors, timeouts, HTTP 408/425/429/502/503/504; never a request
@@ -45,7 +45,9 @@ T = TypeVar("T")
 RETRYABLE_STATUSES = frozenset({408, 425, 429, 502, 503, 504})
 
 #: Why a search backend could not answer, in one word a program can branch on.
-ErrorKind = Literal["unreachable", "timeout", "overloaded", "server_error", "refused", "unauthorized", "bad_response"]
+ErrorKind = Literal[
+    "unreachable", "timeout", "overloaded", "server_error", "refused", "unauthorized", "bad_response", "not_recorded"
+]
 
 
 class RetrievalUnavailable(RuntimeError):

@@ -1,4 +1,4 @@
-"""The web-search retriever against a real HTTP server on loopback that speaks Brave's Web Search wire format.
+"""The Brave retriever against a real HTTP server on loopback that speaks Brave's Web Search wire format.
 
 The server checks what Brave checks (the ``X-Subscription-Token`` header, ``q`` and ``count``) and answers what
 Brave answers: a ``WebSearchApiResponse`` with ``web.results``, 401 for a wrong key, 429 with ``Retry-After`` when
@@ -21,8 +21,8 @@ from servers import serve_in_thread
 
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.http.retry import RetrievalUnavailable
-from searchenv.retrievers.http.web_search import KEY_ENV, BraveSearchRetriever
 from searchenv.retrievers.server.command import ServerConfig, create_app
+from searchenv.retrievers.web.brave import KEY_ENV, BraveSearchRetriever
 
 KEY = "test-key-d41d8cd98f00b204"
 

@@ -1,0 +1,340 @@
+"""The page reader: a result's URL in, its main text out, or a :class:`PageError` that says why not.
+
+A model that may open any URL it was shown (or writes) must not hang an episode, fill the memory, read a binary
+file as text, hammer a site or reach into the machine's own network. So every page is fetched under limits:
+
+* **time** — ``connect_timeout`` to connect, ``timeout`` for the whole page (a page that trickles forever is cut
+  at the deadline, not at the first quiet gap);
+* **size** — at most ``max_bytes`` read (a larger ``Content-Length`` is refused before reading; a page without one
+  is read up to the cap and then refused);
+* **type** — HTML, XHTML and plain text only; anything else (PDF, images, archives) is refused as ``binary``;
+* **robots.txt** — honoured by default (RFC 9309: a missing file allows all, an unreachable one forbids all for
+  now), fetched once per site and cached;
+* **politeness** — request starts to one host spaced by ``host_interval`` seconds;
+* **reach** — ``http``/``https`` only; hosts that resolve to private, loopback or link-local addresses are refused
+  unless listed in ``allowed_hosts`` (a web retriever lists its own search host, so a stand-in's pages open);
+* **no scripts** — pages are parsed, never run: the main text is extracted by trafilatura from the HTML as served.
+
+Redirects are followed (at most 5) and each hop is checked again. The page is recorded (:mod:`.record`) under its
+normalised URL; a refusal that the page itself decides (robots, type, size, a 4xx status, no text) is recorded as
+such, so a replay fails the same pages the same way; a timeout or an unreachable host is never recorded.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+import time
+import urllib.robotparser
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+from urllib.parse import urljoin, urlsplit
+
+from searchenv.retrievers.web.record import NotRecorded, Record, normal_url
+from searchenv.types import Document
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["PAGE_ERROR_KINDS", "PageError", "PageReader"]
+
+#: Why a page could not be read, in one word a program can branch on; the recorded kinds are the page's own.
+PAGE_ERROR_KINDS = {
+    "bad_url": True,
+    "blocked": True,
+    "robots": True,
+    "binary": True,
+    "too_large": True,
+    "http_status": True,
+    "no_text": True,
+    "too_many_redirects": True,
+    "timeout": False,
+    "unreachable": False,
+    "overloaded": False,
+    "not_recorded": False,
+    "summary_failed": False,
+    "failed": False,
+}
+
+#: Content types read as pages; everything else is ``binary``.
+TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain", "text/markdown")
+MAX_REDIRECTS = 5
+ROBOTS_MAX_BYTES = 512_000
+#: The product token robots.txt rules are matched against, and the User-Agent sent.
+ROBOTS_AGENT = "searchenv"
+USER_AGENT = "searchenv-page-reader/0.2 (research agent; honours robots.txt)"
+
+
+class PageError(Exception):
+    """A page that could not be read. ``str()`` is short and safe to show a model (``"page too_large"``);
+    ``kind`` is one of :data:`PAGE_ERROR_KINDS` and ``detail`` says what happened, for ``info`` and logs."""
+
+    def __init__(self, kind: str, detail: str):
+        super().__init__(f"page {kind}")
+        self.kind = kind
+        self.detail = detail
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the page itself decided this (then a record keeps it), rather than the network."""
+        return PAGE_ERROR_KINDS.get(self.kind, False)
+
+
+class PageReader:
+    """Fetches pages under the limits above and extracts their main text.
+
+    Args:
+        record: where pages are recorded and replayed from (:class:`~searchenv.retrievers.web.record.Record`).
+        timeout: seconds for one page, all of it (redirects and robots.txt included).
+        connect_timeout: seconds to connect.
+        max_bytes: most bytes read of one page.
+        respect_robots: honour robots.txt (default ``True``).
+        host_interval: least seconds between two request starts to one host.
+        concurrency: pages of one call fetched at once.
+        allowed_hosts: ``host:port`` values that may resolve to private or loopback addresses.
+        allow_private: allow every private, loopback or link-local address (a crawler inside a lab network).
+    """
+
+    def __init__(
+        self,
+        record: Record | None = None,
+        *,
+        timeout: float = 15.0,
+        connect_timeout: float = 5.0,
+        max_bytes: int = 5_000_000,
+        respect_robots: bool = True,
+        host_interval: float = 1.0,
+        concurrency: int = 4,
+        allowed_hosts: Sequence[str] = (),
+        allow_private: bool = False,
+    ):
+        if timeout <= 0 or connect_timeout <= 0 or max_bytes < 1 or host_interval < 0 or concurrency < 1:
+            raise ValueError(
+                "page reader: need timeout > 0, connect_timeout > 0, max_bytes >= 1, host_interval >= 0, "
+                f"concurrency >= 1; got timeout={timeout}, connect_timeout={connect_timeout}, "
+                f"max_bytes={max_bytes}, host_interval={host_interval}, concurrency={concurrency}"
+            )
+        self.record = record if record is not None else Record(None)
+        self.timeout = float(timeout)
+        self.connect_timeout = float(connect_timeout)
+        self.max_bytes = int(max_bytes)
+        self.respect_robots = bool(respect_robots)
+        self.host_interval = float(host_interval)
+        self.concurrency = int(concurrency)
+        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
+        self.allow_private = bool(allow_private)
+        self.requests = 0
+        self._lock = threading.Lock()
+        self._next_start: dict[str, float] = {}
+        self._robots: dict[str, urllib.robotparser.RobotFileParser] = {}
+        self._site_locks: dict[str, threading.Lock] = {}
+        self._client: httpx.Client | None = None
+
+    def open_documents(self, refs: Sequence[str]) -> list[Document | BaseException]:
+        """One entry per URL: its :class:`~searchenv.types.Document`, or the :class:`PageError` saying why not."""
+        if isinstance(refs, str):
+            raise TypeError("open_documents() takes a sequence of URLs; wrap a single URL in a list")
+        refs = [str(r) for r in refs]
+        if not refs:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(refs))) as pool:
+            return list(pool.map(self._open_one, refs))
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    # -- one page -----------------------------------------------------------------------------------------------
+    def _open_one(self, url: str) -> Document | PageError:
+        try:
+            url = url.strip()
+            self._check_scheme(url)
+            key = {"url": normal_url(url), "max_bytes": self.max_bytes, "robots": self.respect_robots}
+            answer = self.record.through("page", key, lambda: self._fetch_recordable(url))
+        except PageError as error:
+            return error
+        except NotRecorded as miss:
+            return PageError("not_recorded", miss.detail)
+        except Exception as exc:  # noqa: BLE001 - one broken page stays that page's failure
+            return PageError("failed", f"{url}: {type(exc).__name__}: {str(exc)[:300]}")
+        if "error" in answer:
+            return PageError(answer["error"], answer["detail"])
+        return Document(url, answer["title"], answer["text"])
+
+    def _fetch_recordable(self, url: str) -> dict[str, str]:
+        """The page as the record stores it: its title and text, or a refusal the page itself decided."""
+        try:
+            return self._fetch(url)
+        except PageError as error:
+            if error.recorded:
+                return {"error": error.kind, "detail": error.detail}
+            raise
+
+    def _fetch(self, url: str) -> dict[str, str]:
+        import httpx
+
+        deadline = time.monotonic() + self.timeout
+        for _ in range(MAX_REDIRECTS + 1):
+            self._check_reach(url)
+            if self.respect_robots and not self._robots_allow(url, deadline):
+                raise PageError("robots", f"{url}: robots.txt of {urlsplit(url).netloc} disallows it")
+            self._wait_host(urlsplit(url).netloc)
+            try:
+                with self._http().stream("GET", url, timeout=self._timeouts(deadline)) as response:
+                    if response.is_redirect and "location" in response.headers:
+                        url = urljoin(url, response.headers["location"])
+                        continue
+                    self._check_response(url, response)
+                    body = self._read(url, response, deadline, self.max_bytes)
+                    content_type = response.headers.get("content-type", "")
+            except httpx.TimeoutException:
+                raise PageError("timeout", f"{url}: no answer within {self.timeout:g} s") from None
+            except httpx.HTTPError as exc:
+                raise PageError("unreachable", f"{url}: {type(exc).__name__}: {exc}") from None
+            return _extract(url, body, content_type)
+        raise PageError("too_many_redirects", f"{url}: more than {MAX_REDIRECTS} redirects")
+
+    # -- the limits ---------------------------------------------------------------------------------------------
+    @staticmethod
+    def _check_scheme(url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise PageError("bad_url", f"{url[:200]!r} is not an http(s) URL")
+
+    def _check_reach(self, url: str) -> None:
+        """Refuse a host on this machine's own networks (cloud metadata, internal services) unless allowed."""
+        self._check_scheme(url)
+        parts = urlsplit(url)
+        if self.allow_private or parts.netloc.lower() in self.allowed_hosts:
+            return
+        try:
+            addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or 80)}
+        except (OSError, UnicodeError) as exc:
+            raise PageError("unreachable", f"{url}: cannot resolve {parts.hostname!r} ({exc})") from None
+        for address in addresses:
+            ip = ipaddress.ip_address(address.split("%")[0])
+            if ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved or ip.is_unspecified:
+                raise PageError(
+                    "blocked",
+                    f"{url}: {parts.hostname} resolves to the non-public address {ip}; list "
+                    f"{parts.netloc!r} in allowed_hosts (or set allow_private) to open it",
+                )
+
+    def _check_response(self, url: str, response: httpx.Response) -> None:
+        status = response.status_code
+        if status == 429 or status >= 500:
+            raise PageError("overloaded" if status in (429, 503) else "unreachable", f"{url}: HTTP {status}")
+        if status != 200:
+            raise PageError("http_status", f"{url}: HTTP {status}")
+        content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type and content_type not in TEXT_TYPES:
+            raise PageError("binary", f"{url}: content type {content_type!r} is not a page (HTML or text)")
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_bytes:
+            raise PageError("too_large", f"{url}: {int(length):,} bytes announced, the limit is {self.max_bytes:,}")
+
+    @staticmethod
+    def _read(url: str, response: httpx.Response, deadline: float, limit: int) -> bytes:
+        chunks, size = [], 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise PageError("too_large", f"{url}: more than {limit:,} bytes")
+            if time.monotonic() > deadline:
+                raise PageError("timeout", f"{url}: still sending after the page deadline ({size:,} bytes read)")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _timeouts(self, deadline: float) -> httpx.Timeout:
+        import httpx
+
+        left = max(0.01, deadline - time.monotonic())
+        return httpx.Timeout(left, connect=min(self.connect_timeout, left))
+
+    def _wait_host(self, host: str) -> None:
+        with self._lock:
+            self.requests += 1
+            now = time.monotonic()
+            start = max(now, self._next_start.get(host, 0.0))
+            self._next_start[host] = start + self.host_interval
+        if start > now:
+            time.sleep(start - now)
+
+    def _robots_allow(self, url: str, deadline: float) -> bool:
+        parts = urlsplit(url)
+        site = f"{parts.scheme}://{parts.netloc}"
+        with self._lock:
+            site_lock = self._site_locks.setdefault(site, threading.Lock())
+        with site_lock:  # one fetch of a site's robots.txt, however many pages of it open at once
+            return self._robots_rules(site, url, deadline).can_fetch(ROBOTS_AGENT, url)
+
+    def _robots_rules(self, site: str, url: str, deadline: float) -> urllib.robotparser.RobotFileParser:
+        """The site's rules, fetched once. An unreachable robots.txt (5xx, no answer) forbids the page for now:
+        a transient ``unreachable`` error, not recorded and not cached, so the site is asked again next time."""
+        import httpx
+
+        rules = self._robots.get(site)
+        if rules is None:
+            rules = urllib.robotparser.RobotFileParser()
+            self._wait_host(urlsplit(site).netloc)
+            try:
+                with self._http().stream("GET", f"{site}/robots.txt", timeout=self._timeouts(deadline)) as response:
+                    status = response.status_code
+                    body = self._read(url, response, deadline, ROBOTS_MAX_BYTES) if status == 200 else b""
+            except (httpx.HTTPError, PageError) as exc:
+                raise PageError(
+                    "unreachable", f"{url}: robots.txt of {site} unreachable ({type(exc).__name__})"
+                ) from None
+            if status >= 500:
+                raise PageError("unreachable", f"{url}: robots.txt of {site} answered HTTP {status}")
+            if status == 200:
+                rules.parse(body.decode("utf-8", errors="replace").splitlines())
+            else:  # 4xx: no rules, everything allowed
+                rules.parse([])
+            self._robots[site] = rules
+        return rules
+
+    def _http(self) -> httpx.Client:
+        import httpx
+
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(headers={"User-Agent": USER_AGENT}, follow_redirects=False)
+            return self._client
+
+
+def _extract(url: str, body: bytes, content_type: str) -> dict[str, str]:
+    """The main text (and title) of a page: trafilatura for HTML, the text itself for plain text."""
+    kind = content_type.split(";")[0].strip().lower()
+    if not kind and b"\x00" in body[:4096]:
+        raise PageError("binary", f"{url}: no content type and the body holds NUL bytes")
+    if kind in ("text/plain", "text/markdown"):
+        text = body.decode(_charset(content_type), errors="replace").strip()
+        title = text.split("\n", 1)[0][:200]
+    else:
+        import trafilatura
+
+        found = trafilatura.bare_extraction(body, url=url, with_metadata=True, include_comments=False)
+        text = (getattr(found, "text", None) or "").strip()
+        title = (getattr(found, "title", None) or "").strip()
+    if not text:
+        raise PageError("no_text", f"{url}: no main text found in {len(body):,} bytes")
+    return {"title": title or url, "text": text}
+
+
+def _charset(content_type: str) -> str:
+    """The ``charset`` of a content type when Python knows it, else UTF-8."""
+    import codecs
+
+    for part in content_type.split(";")[1:]:
+        name, _, value = part.strip().partition("=")
+        if name.strip().lower() == "charset":
+            try:
+                return codecs.lookup(value.strip().strip('"')).name
+            except LookupError:
+                break
+    return "utf-8"

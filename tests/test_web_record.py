@@ -1,0 +1,172 @@
+"""Record and replay: a recorded web run replays byte for byte with zero requests, and a miss is a counted failure.
+
+Requests are counted at the loopback web itself, so "zero API calls" is what the server saw, not what the client
+believes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+from searchenv.data.world.generator import generate_world
+from searchenv.retrievers import make_retriever
+from searchenv.retrievers.http.retry import RetrievalUnavailable
+from searchenv.retrievers.web.pages import PageError
+from searchenv.retrievers.web.record import normal_query, normal_url
+from searchenv.retrievers.web.standin import LocalWeb
+
+KEY = "sk-record-never-stored-0042"
+
+
+@pytest.fixture(scope="module")
+def world() -> Any:
+    return generate_world(300, seed=5)
+
+
+@pytest.fixture
+def web(world: Any) -> Iterator[LocalWeb]:
+    with LocalWeb(world.corpus) as served:
+        yield served
+
+
+def serper(web: LocalWeb, cache: Path, mode: str, **more: Any) -> Any:
+    return make_retriever(
+        "serper",
+        None,
+        url=web.serper_url,
+        api_key=KEY,
+        cache=str(cache),
+        cache_mode=mode,
+        **{"pages": {"host_interval": 0}, **more},
+    )
+
+
+def play(env: Any, actions: list[str]) -> list[str]:
+    observation, _ = env.reset(seed=0)
+    seen = [observation]
+    for action in actions:
+        observation, reward, terminated, truncated, info = env.step(action)
+        seen.append(json.dumps([observation, reward, terminated, truncated, info], sort_keys=True, default=str))
+    return seen
+
+
+def test_a_recorded_episode_replays_byte_identically_with_zero_requests(
+    web: LocalWeb, world: Any, tmp_path: Path
+) -> None:
+    cache = tmp_path / "web.sqlite"
+    titles = [world.corpus[i].title for i in (2, 9)]
+    actions = [f"<search>{titles[0]}</search>", f"<search>{titles[1]} born</search>", "<answer>x</answer>"]
+
+    def env(mode: str) -> Any:
+        options = {"url": web.searxng_url, "cache": str(cache), "cache_mode": mode}
+        return gym.make("SearchQA-v0", dataset=world.questions[:1], retriever="searxng", retriever_options=options)
+
+    recorded = play(env("record"), actions)
+    assert web.counts["searxng"] == 2
+    replays = [play(env("replay"), actions) for _ in range(2)]
+    assert web.counts["searxng"] == 2  # the replays asked the web nothing
+    assert replays[0] == recorded and replays[1] == recorded
+
+
+def test_replay_never_calls_and_counts_its_misses(web: LocalWeb, world: Any, tmp_path: Path) -> None:
+    cache = tmp_path / "web.sqlite"
+    recorder = serper(web, cache, "record")
+    query = world.corpus[4].title
+    recorded = recorder.search([query], 3)
+    page = recorder.open_documents([recorded[0][0].id, f"{web.base_url}/fault/binary"])
+    web.stop()  # nothing to call any more
+
+    replay = serper(web, cache, "replay")
+    assert replay.search([f"  {query.upper()} "], 3) == recorded  # the key reads the normalised query
+    document, refusal = replay.open_documents([recorded[0][0].id, f"{web.base_url}/fault/binary"])
+    assert document == page[0] and (refusal.kind, refusal.detail) == (page[1].kind, page[1].detail)  # type: ignore[union-attr]
+    with pytest.raises(RetrievalUnavailable) as caught:
+        replay.search(["never recorded"], 3)
+    assert caught.value.kind == "not_recorded" and "never recorded" in caught.value.detail
+    (missing,) = replay.open_documents([f"{web.base_url}/wiki/Unopened"])
+    assert isinstance(missing, PageError) and missing.kind == "not_recorded"
+    stats = replay.stats()
+    assert stats["api_calls"] == 0 and stats["hits"] == 3 and stats["replay_misses"] == 2
+    assert stats["hit_rate"] == pytest.approx(3 / 5) and stats["search_requests"] == 0
+
+
+def test_a_page_refusal_is_recorded_and_replayed_but_a_timeout_is_not(web: LocalWeb, tmp_path: Path) -> None:
+    cache = tmp_path / "web.sqlite"
+    recorder = serper(web, cache, "record", pages={"host_interval": 0, "timeout": 1.0})
+    binary, endless = recorder.open_documents([f"{web.base_url}/fault/binary", f"{web.base_url}/fault/endless"])
+    assert binary.kind == "binary" and endless.kind == "timeout"  # type: ignore[union-attr]
+    replay = serper(web, cache, "replay")
+    again, missing = replay.open_documents([f"{web.base_url}/fault/binary", f"{web.base_url}/fault/endless"])
+    assert (again.kind, again.detail) == (binary.kind, binary.detail)  # type: ignore[union-attr]
+    assert missing.kind == "not_recorded"  # type: ignore[union-attr]
+
+
+def test_one_miss_fails_only_its_own_episode(web: LocalWeb, world: Any, tmp_path: Path) -> None:
+    cache = tmp_path / "web.sqlite"
+    known = world.corpus[6].title
+    serper(web, cache, "record").search([known], 3)
+    options = {"url": web.serper_url, "api_key": KEY, "cache": str(cache), "cache_mode": "replay"}
+    envs = gym.make_vec(
+        "SearchQA-v0", num_envs=2, dataset=world.questions[:2], retriever="serper", retriever_options=options
+    )
+    envs.reset(seed=0)
+    _, _, _, _, infos = envs.step([f"<search>{known}</search>", "<search>not in the record</search>"])
+    errors = infos["retrieval_error"]
+    assert not errors[0] and "not_recorded" in errors[1]
+    envs.close()
+
+
+def test_cached_mode_calls_only_on_a_miss_and_estimates_the_cost(web: LocalWeb, world: Any, tmp_path: Path) -> None:
+    engine = serper(web, tmp_path / "web.sqlite", "cached", price_per_1k=2.0)
+    for _ in range(3):
+        engine.search([world.corpus[1].title, world.corpus[2].title], 2)
+    assert web.counts["serper"] == 2
+    stats = engine.stats()
+    assert stats["hits"] == 4 and stats["api_calls_search"] == 2 and stats["estimated_cost_usd"] == pytest.approx(0.004)
+
+
+def test_the_record_holds_no_key(web: LocalWeb, world: Any, tmp_path: Path) -> None:
+    cache = tmp_path / "web.sqlite"
+    engine = serper(web, cache, "record")
+    engine.open_documents([r.id for r in engine.search([world.corpus[8].title], 2)[0]])
+    engine.close()
+    assert KEY.encode() not in cache.read_bytes()
+    with sqlite3.connect(cache) as db:
+        assert {kind for (kind,) in db.execute("select kind from answers")} == {"search", "page"}
+
+
+def test_keys_normalise_queries_and_urls() -> None:
+    assert normal_query("  Who\u00a0WROTE   Hamlet ") == "who wrote hamlet"
+    assert normal_url("HTTP://Example.ORG:80/a/B?x=1#top") == "http://example.org/a/B?x=1"
+    assert normal_url("https://example.org") == "https://example.org/"
+
+
+# One process recording 30 answers into a shared file; prints what the record returned.
+_WRITER = """
+import json, sys
+from searchenv.retrievers.web.record import Record
+record = Record(sys.argv[1], "cached")
+print(json.dumps([record.through("search", {"query": f"q{i}"}, lambda i=i: [sys.argv[2], i]) for i in range(30)]))
+"""
+
+
+def test_many_processes_share_one_record(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.sqlite")
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, path, str(w)], stdout=subprocess.PIPE, text=True)
+        for w in range(3)
+    ]
+    answers = [json.loads(w.communicate(timeout=120)[0]) for w in writers]
+    assert answers[0] == answers[1] == answers[2]  # the first answer stored for a key wins everywhere
+    with sqlite3.connect(path) as db:
+        assert db.execute("select count(*) from answers").fetchone() == (30,)
+        assert db.execute("pragma journal_mode").fetchone() == ("wal",)
