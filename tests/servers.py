@@ -94,3 +94,40 @@ def spawn_server(
             pass
         time.sleep(0.05)
     raise fail(f"not ready after {startup_timeout}s")
+
+
+@contextmanager
+def serve_transformers(model_dir: str | os.PathLike[str], startup_timeout: float = 180.0) -> Iterator[str]:
+    """A real OpenAI-compatible server: ``transformers serve MODEL_DIR`` on loopback, CPU; yields its base URL.
+
+    The evaluation's endpoint policy, the LLM judge and the simulated search engine are tested against it.
+    """
+    import httpx
+
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(model_dir)]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"transformers serve exited: {process.stderr.read()[-2000:]}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"transformers serve did not come up in {startup_timeout:.0f} s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -265,7 +265,7 @@ def _judge(args: argparse.Namespace) -> Any:
     if not args.judge_model:
         raise ValueError("--judge-url needs --judge-model (the model name the judge server serves)")
     judge = LLMJudge(args.judge_url, args.judge_model, retries=args.retries, timeout=args.timeout)
-    judge.endpoint.check()
+    judge.check()
     return judge
 
 
