@@ -131,3 +131,27 @@ def serve_transformers(model_dir: str | os.PathLike[str], startup_timeout: float
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def openai_chat_app(reply: Any, asked: list[str] | None = None) -> Any:
+    """A loopback stand-in speaking OpenAI's ``/v1/chat/completions`` wire format, for fast tests of clients.
+
+    ``reply(prompt)`` gives the assistant's text, or an int HTTP status to fail with; every prompt asked is
+    appended to ``asked``. Not a model: the tests that need one use :func:`serve_transformers`.
+    """
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def chat(request: Any) -> Any:
+        body = await request.json()
+        prompt = body["messages"][-1]["content"]
+        if asked is not None:
+            asked.append(prompt)
+        answer = reply(prompt)
+        if isinstance(answer, int):
+            return JSONResponse({"error": {"message": "stand-in failure"}}, status_code=answer)
+        choice = {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
+        return JSONResponse({"choices": [choice], "usage": {"completion_tokens": len(answer.split())}})
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])

@@ -29,6 +29,8 @@ from searchenv.types import Passage
 
 __all__ = ["SimulatedRetriever", "simulated_retriever"]
 
+_END = "\n\n"  # a document is one paragraph: the server may stop here, and the text is cut here anyway
+
 
 class SimulatedRetriever:
     """A search engine whose results a model writes (ZeroSearch-style); see the module docstring.
@@ -112,12 +114,12 @@ class SimulatedRetriever:
             for q, query in enumerate(queries)
             for i, noisy in enumerate(self.noisy_flags(query, k))
         ]
-        replies = self.prompter.ask([prompt for *_, prompt in plan], ["\n\n"])
+        replies = self.prompter.ask([prompt for *_, prompt in plan], [_END])
         results: list[list[Passage]] = [[] for _ in queries]
         for (q, i, noisy, prompt), reply in zip(plan, replies):
             if isinstance(reply, PromptFailure):
                 raise RuntimeError(f"simulated engine: no document for query {queries[q]!r}: {reply.reason}")
-            text = " ".join(reply.split())
+            text = " ".join(reply.strip().split(_END, 1)[0].split())  # one paragraph, whatever the server did
             if text:
                 results[q].append(Passage(self._id(prompt), queries[q].strip(), text, score=float(k - i)))
         return results

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from searchenv.episode.health import HEALTH_METRICS
 from searchenv.episode.turns import Facts, Turn, facts, segments_of
 from searchenv.protocol import Protocol
 from searchenv.types import Passage, QAExample
@@ -167,11 +168,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "num_failed_searches",
     "num_invalid",
     "response_words",
-    "think_words",
-    "think_repetition",
-    "answer_words",
-    "duplicate_search_rate",
-    "passages_read",
+    *HEALTH_METRICS,
     *(f"end_reason/{reason}" for reason in END_REASONS),
 )
 

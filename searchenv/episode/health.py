@@ -12,7 +12,16 @@ from collections.abc import Iterable, Sequence
 
 from searchenv.protocol.scan import TagScanner
 
-__all__ = ["REPEAT_NGRAM", "count_repeated_queries", "repetition_ratio", "think_text"]
+__all__ = ["HEALTH_METRICS", "REPEAT_NGRAM", "count_repeated_queries", "repetition_ratio", "think_text"]
+
+#: The reasoning-health metric names in every episode's metrics (see :func:`searchenv.episode.episode.metrics_of`).
+HEALTH_METRICS: tuple[str, ...] = (
+    "think_words",
+    "think_repetition",
+    "answer_words",
+    "duplicate_search_rate",
+    "passages_read",
+)
 
 #: The n of the word n-grams the repetition ratio counts (4: long enough that ordinary prose rarely repeats one).
 REPEAT_NGRAM = 4

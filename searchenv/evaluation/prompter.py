@@ -129,6 +129,11 @@ class Prompter:
         """Which model answers: ``model@url``, or the local model."""
         return f"{self.model}@{self.url}" if self.url else self.model
 
+    @property
+    def num_cached(self) -> int:
+        """How many answers the cache holds (each is a prompt the model answered)."""
+        return len(self._cache)
+
     def check(self) -> None:
         """One one-token request, so a dead or misconfigured endpoint fails before any work starts."""
         if self._endpoint is not None:
