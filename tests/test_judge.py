@@ -4,6 +4,8 @@ failure rules (fast), a dead URL whose fallback is counted."""
 
 from __future__ import annotations
 
+import pickle
+
 import gymnasium as gym
 import pytest
 from servers import free_port, openai_chat_app, serve_in_thread
@@ -48,6 +50,8 @@ def test_a_dead_judge_falls_back_to_em_and_counts_it() -> None:
     assert (wrong.reward, wrong.parts["judge"], wrong.parts["judge_fallback"]) == (0.0, 0.0, 1.0)
     assert (none.parts["judge"], none.parts["judge_fallback"]) == (0.0, 0.0)  # nothing to judge: no fallback
     assert spec._judge.prompter.num_cached == 0  # a failure is never cached as an answer
+    copy = pickle.loads(pickle.dumps(spec))  # a Ray worker or a subprocess vector env gets its own client
+    assert copy == spec and copy(_rollout("Orvane")).parts["judge_fallback"] == 1.0
 
 
 def test_the_judge_decides_against_the_metric_in_one_concurrent_batch_and_caches() -> None:

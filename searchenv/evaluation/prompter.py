@@ -129,6 +129,14 @@ class Prompter:
         """Which model answers: ``model@url``, or the local model."""
         return f"{self.model}@{self.url}" if self.url else self.model
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a Ray worker, a subprocess vector env) without the lock, the loaded model or the cache."""
+        return {**self.__dict__, "_lock": None, "_local": None, "_cache": OrderedDict()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @property
     def num_cached(self) -> int:
         """How many answers the cache holds (each is a prompt the model answered)."""
