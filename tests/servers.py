@@ -97,7 +97,7 @@ def spawn_server(
 
 
 @contextmanager
-def serve_transformers(model_dir: str | os.PathLike[str], startup_timeout: float = 180.0) -> Iterator[str]:
+def serve_transformers(model_dir: str | os.PathLike[str], startup_timeout: float = 300.0) -> Iterator[str]:
     """A real OpenAI-compatible server: ``transformers serve MODEL_DIR`` on loopback, CPU; yields its base URL.
 
     The evaluation's endpoint policy, the LLM judge and the simulated search engine are tested against it.
