@@ -4,7 +4,8 @@
 the web's ``"brave"`` (also ``"web"``), ``"searxng"``, ``"serper"``), a ``"package.module:factory"`` reference or
 a URL of a running retrieval service into a retriever over a corpus. The degraded engines ``"noisy"``,
 ``"empty"``, ``"shuffled"`` and ``"distractor"`` wrap another (``base``, with its own ``base_options``): see
-:mod:`searchenv.retrievers.degraded`. Engines are imported only when asked for, so ``import searchenv`` never
+:mod:`searchenv.retrievers.degraded`. ``"simulated"`` has a model write the results
+(:mod:`searchenv.retrievers.simulated`). Engines are imported only when asked for, so ``import searchenv`` never
 pulls in torch, faiss or a JVM.
 
 :data:`RETRIEVER_OPTIONS` lists the options every engine accepts, so that :func:`check_retriever_options`
@@ -23,6 +24,7 @@ from typing import Any
 from searchenv.corpus import Corpus
 from searchenv.imports import check_reference, is_reference, load_attr
 from searchenv.retrievers.degraded.options import WRAPPERS, check_wrapper_options
+from searchenv.retrievers.simulated.options import SIMULATED_OPTIONS, check_simulated_options
 from searchenv.types import Retriever
 
 __all__ = [
@@ -51,10 +53,11 @@ RETRIEVERS: dict[str, str] = {
     "empty": "searchenv.retrievers.degraded.wrappers:empty_retriever",
     "shuffled": "searchenv.retrievers.degraded.wrappers:shuffled_retriever",
     "distractor": "searchenv.retrievers.degraded.wrappers:distractor_retriever",
+    "simulated": "searchenv.retrievers.simulated.engine:simulated_retriever",
 }
 
 #: Registered retrievers that search no corpus of ours (``corpus`` may be ``None`` for them).
-CORPUS_FREE: frozenset[str] = frozenset({"web", "brave", "searxng", "serper"})
+CORPUS_FREE: frozenset[str] = frozenset({"web", "brave", "searxng", "serper", "simulated"})
 
 # Wrappers that read no corpus themselves (their base may): every degraded engine but ``noisy``.
 _CORPUS_FREE_WRAPPERS: frozenset[str] = frozenset(WRAPPERS) - {"noisy"}
@@ -141,6 +144,8 @@ RETRIEVER_OPTIONS: dict[str, dict[str, type]] = {
         name: {"base": object, "base_options": object, **dict.fromkeys(own, object), "seed": int}
         for name, own in WRAPPERS.items()
     },
+    # A model writes the results (checked by searchenv.retrievers.simulated.options).
+    "simulated": SIMULATED_OPTIONS,
 }
 
 #: Options of the HTTP client (:class:`~searchenv.retrievers.http.remote.RemoteRetriever`) used for ``http(s)://`` URLs.
@@ -222,6 +227,8 @@ def check_retriever_options(spec: str, options: Mapping[str, Any]) -> None:
             raise ValueError(f"unknown BM25 engine {options['engine']!r}; choose one of {', '.join(ENGINES)}")
     if spec in WRAPPERS:
         _check_wrapper(spec, options)
+    if spec == "simulated":
+        check_simulated_options(options)
 
 
 def _check_wrapper(spec: str, options: Mapping[str, Any]) -> None:

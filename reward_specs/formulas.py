@@ -15,17 +15,20 @@ formula                   reward                                                
 ``r1_searcher_stage2``    metric (F1) + (0 if well-formed else −2) (R1-Searcher stage 2)              [−2, 1]
 ``r_search``              answer F1 + evidence F1 + γe·[one evidence block, or no search] +             [0, 2+γe+γa]
                           γa·[one answer block] (R-Search)
+``judge``                 as ``format_retrieval`` with "correct" decided by an LLM judge (ACC_L); λf = λr [0, 1]
+                          = 0 by default, i.e. the verdict; EM when the judge gives none (counted)
 ========================  ===========================================================================  ===============
 
 A spec file (read by :mod:`searchenv.reward_specs.loader`) names one of them with its keys. Every result carries
 the same parts for dashboards: ``answer_score`` (the metric in use; F1 for ``r1_searcher_stage1``, which does not
 reward the answer), ``em``, ``f1``, ``cem``, ``format_ok``, ``retrieval_hit``, ``num_searches``, and for R-Search
-``evidence_score``, ``evidence_format_ok``, ``answer_format_ok``.
+``evidence_score``, ``evidence_format_ok``, ``answer_format_ok``, and for the judge ``judge`` (the verdict used)
+and ``judge_fallback`` (1.0 when the judge gave none and ``metric`` decided).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
@@ -34,6 +37,8 @@ from searchenv.episode.rollout import RewardResult, Rollout
 from searchenv.imports import load_attr
 from searchenv.reward_specs.blocks import block_content
 from searchenv.reward_specs.format_check import check_format, check_turns, single_block
+from searchenv.reward_specs.judging.judge import Case, Judge
+from searchenv.reward_specs.judging.prompt import ACC_L_PROMPT
 from searchenv.reward_specs.metrics import (
     answer_in_passages,
     answer_scores,
@@ -175,14 +180,17 @@ class FormatReward(_Formula):
 
     def __call__(self, rollout: Rollout) -> RewardResult:
         measured = _Measured(rollout, self.metric)
-        correct = measured.score == 1.0
+        return self._result(measured, measured.score == 1.0)
+
+    def _result(self, measured: _Measured, correct: bool, **verdict_parts: float) -> RewardResult:
+        """Eq. 3 (and 4, through :meth:`_bonus`) once correctness is decided; ``verdict_parts`` say who decided."""
         if correct:
             reward = 1.0 if measured.format_ok else 1.0 - self.lambda_f
         elif measured.format_ok:
             reward = self.lambda_f + self._bonus(measured)
         else:
             reward = 0.0
-        return RewardResult(reward, measured.parts())
+        return RewardResult(reward, measured.parts(**verdict_parts))
 
 
 @dataclass(frozen=True)
@@ -337,7 +345,82 @@ class RSearchReward(_Formula):
         return RewardResult(reward, parts)
 
 
+@dataclass(frozen=True)
+class JudgeReward(FormatRetrievalReward):
+    """An LLM judge decides correctness (R1-Searcher's ACC_L prompt by default), composable with the study's
+    format and retrieval terms: with ``lambda_f = lambda_r = 0`` (the defaults) the reward is the verdict itself.
+
+    The judge is an OpenAI-compatible endpoint (``url`` + ``model``) or a local model (``model`` alone: a
+    checkpoint folder or a packaged alias). When it gives no verdict — the endpoint failed after ``retries``
+    retries of ``timeout`` seconds each, or the reply was neither yes nor no — correctness falls back to
+    ``metric`` (``em`` or ``cem``) and the part ``judge_fallback`` is 1.0, so a fallback is counted, never silent.
+    ``judge`` is the verdict used (the fallback's when there was none). :meth:`score_batch` judges a batch in one
+    concurrent call; verdicts are cached by (question, golds, prediction, model, prompt).
+    """
+
+    formula: ClassVar[str] = "judge"
+    lambda_f: float = 0.0
+    lambda_r: float = 0.0
+    url: str | None = None
+    model: str | None = None
+    prompt: str = ACC_L_PROMPT
+    mode: str = "chat"
+    timeout: float = 60.0
+    retries: int = 2
+    concurrency: int = 8
+    device: str = ""
+    _judge: Judge = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _choice(self.formula, "mode", self.mode, ("chat", "completions"))
+        _number(self.formula, "timeout", self.timeout, 0.001, 86400.0)
+        _number(self.formula, "retries", self.retries, 0, 100)
+        _number(self.formula, "concurrency", self.concurrency, 1, 4096)
+        try:
+            judge = Judge(
+                self.url,
+                self.model,  # type: ignore[arg-type]  # checked by Judge
+                prompt=self.prompt,
+                mode=self.mode,
+                timeout=float(self.timeout),
+                retries=int(self.retries),
+                concurrency=int(self.concurrency),
+                device=self.device,
+            )
+        except ValueError as exc:
+            raise RewardSpecError(f"{self.formula}: {exc}") from exc
+        object.__setattr__(self, "_judge", judge)
+
+    @property
+    def reads_retrieval(self) -> bool:  # type: ignore[override]
+        """Only the retrieval term reads what was retrieved."""
+        return self.lambda_r > 0
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        return self.score_batch([rollout])[0]
+
+    def score_batch(self, rollouts: Sequence[Rollout]) -> list[RewardResult]:
+        """Every rollout's result, the judge asked once for the whole batch (concurrently) instead of one by one."""
+        verdicts = self._judge.verdicts([Case(r.question, r.golden_answers, r.prediction) for r in rollouts])
+        results = []
+        for rollout, verdict in zip(rollouts, verdicts):
+            measured = _Measured(rollout, self.metric)
+            value = measured.score if verdict.value is None else verdict.value
+            fallback = float(verdict.value is None)
+            results.append(self._result(measured, value == 1.0, judge=float(value), judge_fallback=fallback))
+        return results
+
+
 FORMULAS: dict[str, type[_Formula]] = {
     cls.formula: cls
-    for cls in (OutcomeReward, FormatReward, FormatRetrievalReward, R1SearcherStage1, R1SearcherStage2, RSearchReward)
+    for cls in (
+        OutcomeReward,
+        FormatReward,
+        FormatRetrievalReward,
+        R1SearcherStage1,
+        R1SearcherStage2,
+        RSearchReward,
+        JudgeReward,
+    )
 }

@@ -84,3 +84,16 @@ def smollm2_dir(tmp_path_factory) -> Path:
     cache = tmp_path_factory.mktemp("models")
     load_policy("smollm2-135m", cache_dir=cache)
     return cache / "models" / "smollm2-135m"
+
+
+@pytest.fixture(scope="session")
+def transformers_server(smollm2_dir):
+    """A real OpenAI-compatible server: ``transformers serve`` with SmolLM2 on loopback (one per test session)."""
+    pytest.importorskip("openai", reason="transformers serve needs the openai package (the test extra)")
+    from servers import serve_transformers
+
+    try:
+        with serve_transformers(smollm2_dir) as url:
+            yield url
+    except RuntimeError as exc:
+        pytest.fail(str(exc))

@@ -94,3 +94,64 @@ def spawn_server(
             pass
         time.sleep(0.05)
     raise fail(f"not ready after {startup_timeout}s")
+
+
+@contextmanager
+def serve_transformers(model_dir: str | os.PathLike[str], startup_timeout: float = 300.0) -> Iterator[str]:
+    """A real OpenAI-compatible server: ``transformers serve MODEL_DIR`` on loopback, CPU; yields its base URL.
+
+    The evaluation's endpoint policy, the LLM judge and the simulated search engine are tested against it.
+    """
+    import httpx
+
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(model_dir)]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"transformers serve exited: {process.stderr.read()[-2000:]}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"transformers serve did not come up in {startup_timeout:.0f} s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def openai_chat_app(reply: Any, asked: list[str] | None = None) -> Any:
+    """A loopback stand-in speaking OpenAI's ``/v1/chat/completions`` wire format, for fast tests of clients.
+
+    ``reply(prompt)`` gives the assistant's text, or an int HTTP status to fail with; every prompt asked is
+    appended to ``asked``. Not a model: the tests that need one use :func:`serve_transformers`.
+    """
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def chat(request: Any) -> Any:
+        body = await request.json()
+        prompt = body["messages"][-1]["content"]
+        if asked is not None:
+            asked.append(prompt)
+        answer = reply(prompt)
+        if isinstance(answer, int):
+            return JSONResponse({"error": {"message": "stand-in failure"}}, status_code=answer)
+        choice = {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
+        return JSONResponse({"choices": [choice], "usage": {"completion_tokens": len(answer.split())}})
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -213,41 +209,6 @@ def test_mixed_eval_set_uses_dev_where_there_is_no_test(shared_data, tmp_path):
     for path in (jsonl, parquet):
         back = load_dataset(str(path))
         assert [(e.question, e.golden_answers) for e in back] == [(e.question, e.golden_answers) for e in mixed]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def transformers_server(smollm2_dir):
-    """A real OpenAI-compatible server: ``transformers serve`` with SmolLM2 on loopback."""
-    pytest.importorskip("openai", reason="transformers serve needs the openai package (the test extra)")
-    port = _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(smollm2_dir)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    import httpx
-
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"transformers serve exited: {process.stderr.read()[-2000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.5)
-    else:
-        process.kill()
-        pytest.fail("transformers serve did not come up in 120 s")
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
 
 
 @pytest.mark.slow

@@ -221,6 +221,7 @@ def test_hint_is_not_read_as_an_answer() -> None:
 @pytest.mark.parametrize("name", REWARD_SPECS)
 def test_builtin_names_load_in_both_spellings(name: str) -> None:
     extra = {"answerer": LEXICAL} if name == "r-search" else {}
+    extra = {"url": "http://127.0.0.1:9", "model": "judge-model"} if name == "judge" else extra  # never called
     dashed, underscored = load_reward(name, **extra), load_reward(name.replace("-", "_").upper(), **extra)
     assert dashed == underscored and dashed.name == name
 
@@ -305,7 +306,11 @@ def test_ready_objects_pass_through() -> None:
 _TAGS = sorted({t for p in PROTOCOLS.values() for t in p.all_tags})
 _ODD = st.sampled_from(["Paris", " the ", "\udce9", "\ufffd", "É"])  # gold, article, surrogate, U+FFFD, capital
 _TEXT = st.lists(st.one_of(st.sampled_from(_TAGS), st.text(max_size=10), _ODD), max_size=12)
-_SPECS = {name: load_reward(name, **({"answerer": LEXICAL} if name == "r-search" else {})) for name in REWARD_SPECS}
+_SPECS = {
+    name: load_reward(name, **({"answerer": LEXICAL} if name == "r-search" else {}))
+    for name in REWARD_SPECS
+    if name != "judge"  # asks a model: tests/test_judge.py
+}
 
 
 @settings(max_examples=120, deadline=None, derandomize=True)

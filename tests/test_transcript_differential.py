@@ -32,6 +32,7 @@ _SPECS = {
         name, **({"answerer": "searchenv.reward_specs.answerers:lexical_overlap"} if name == "r-search" else {})
     )
     for name in REWARD_SPECS
+    if name != "judge"  # asks a model: tests/test_judge.py plays it against a real server
 }
 _PROTOCOLS = (
     "search-r1",

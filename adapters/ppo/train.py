@@ -39,6 +39,7 @@ __all__ = [
     "apply_recipe",
     "build_parser",
     "env_kwargs",
+    "health_plot_path",
     "main",
     "plot_log",
     "run_settings",
@@ -50,6 +51,13 @@ PLOTTED = (
     ("reward/em", "exact match"),
     ("num_searches", "searches / episode"),
     ("rollout/model_tokens", "response length (model tokens)"),
+)
+#: The reasoning-health panels (:data:`searchenv.episode.health.HEALTH_METRICS`), drawn beside the curves.
+HEALTH_PLOTTED = (
+    ("think_words", "think words / episode"),
+    ("think_repetition", "repeated 4-grams in think"),
+    ("duplicate_search_rate", "duplicate searches (share)"),
+    ("answer_words", "answer words"),
 )
 
 #: The CPU recipe (the defaults): what made SmolLM2-135M's reward rise on the generated world in minutes
@@ -188,7 +196,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
     out = parser.add_argument_group("output")
     out.add_argument("--log", default=None, help="append per-step metrics (JSON lines) to this file")
-    out.add_argument("--plot", default=None, help="write a PNG of the training curves here after every step")
+    out.add_argument(
+        "--plot",
+        default=None,
+        help="write a PNG of the training curves here after every step (and the reasoning-health curves beside it, "
+        "NAME_health.png)",
+    )
 
 
 def _paper_config(known: argparse.Namespace) -> dict[str, Any]:
@@ -223,8 +236,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def plot_log(log_path: str | Path, png_path: str | Path, title: str | None = None) -> None:
-    """Draw reward, valid searches per episode and response length against training steps."""
+def plot_log(
+    log_path: str | Path,
+    png_path: str | Path,
+    title: str | None = None,
+    panels: Sequence[tuple[str, str]] = PLOTTED,
+) -> None:
+    """Draw ``panels`` — (key, title) pairs; by default reward, valid searches per episode and response length;
+    :data:`HEALTH_PLOTTED` for the reasoning-health metrics — against training steps, from a jsonl log (the
+    PPO trainer's ``--log``, or TRL's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -234,8 +254,8 @@ def plot_log(log_path: str | Path, png_path: str | Path, title: str | None = Non
     if not rows:
         raise ValueError(f"{log_path} has no logged steps yet")
     steps = [r["step"] for r in rows]
-    figure, axes = plt.subplots(1, len(PLOTTED), figsize=(4.2 * len(PLOTTED), 3.2))
-    for axis, (key, label) in zip(axes, PLOTTED):
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2))
+    for axis, (key, label) in zip(axes, panels):
         values = [r.get(key, float("nan")) for r in rows]
         window = max(1, len(values) // 8)
         axis.plot(steps, values, color="0.7" if window > 1 else "C0", linewidth=1, marker=".", label="per step")
@@ -254,6 +274,12 @@ def plot_log(log_path: str | Path, png_path: str | Path, title: str | None = Non
     Path(png_path).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(png_path, dpi=110)
     plt.close(figure)
+
+
+def health_plot_path(png_path: str | Path) -> Path:
+    """Where the reasoning-health curves go beside ``--plot``'s PNG: ``curves.png`` -> ``curves_health.png``."""
+    path = Path(png_path)
+    return path.with_name(f"{path.stem}_health{path.suffix or '.png'}")
 
 
 def run(args: argparse.Namespace) -> list[dict[str, float]]:
@@ -287,6 +313,7 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     def redraw(_: dict[str, float]) -> None:
         if args.plot:
             plot_log(args.log, args.plot, title=title)
+            plot_log(args.log, health_plot_path(args.plot), title=title, panels=HEALTH_PLOTTED)
 
     return trainer.train(callback=redraw)
 

@@ -9,11 +9,14 @@ last one. Steps are the trainer's: the wrappers are told the step with ``set_ste
 from __future__ import annotations
 
 import bisect
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Schedule", "parse_schedule"]
+import numpy as np
+
+__all__ = ["Schedule", "check_step", "parse_schedule", "query_rng"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +66,19 @@ def parse_schedule(value: Any, name: str = "p") -> Schedule:
         steps.append(step)
         values.append(_probability(p, f"{name} at step {step}"))
     return Schedule(tuple(steps), tuple(values))
+
+
+def query_rng(name: str, seed: int, query: str) -> np.random.Generator:
+    """The random numbers of one query, a pure function of ``(name, seed, query)``: the same query draws the same
+    numbers in any batch and any order, so a degradation (or a simulated engine's choice of noisy documents)
+    reproduces under a seed and a repeated search cannot re-roll it. A query is degraded when its draw
+    ``u < p``, so raising ``p`` along a schedule degrades a superset of what came before."""
+    digest = hashlib.blake2b(f"{name}\x00{seed}\x00{query}".encode(), digest_size=8).digest()
+    return np.random.default_rng(int.from_bytes(digest, "little"))
+
+
+def check_step(step: Any, who: str) -> int:
+    """``step`` when it is a non-negative integer (a trainer's step); ``ValueError`` naming ``who`` otherwise."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"{who}.set_step takes a non-negative integer step, got {step!r}")
+    return step

@@ -14,7 +14,6 @@ the curriculum to the batch size and to how many episodes happen to search.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +21,7 @@ import numpy as np
 
 from searchenv.corpus import Corpus
 from searchenv.retrievers.degraded.options import check_wrapper_options
-from searchenv.retrievers.degraded.schedule import Schedule, parse_schedule
+from searchenv.retrievers.degraded.schedule import Schedule, check_step, parse_schedule, query_rng
 from searchenv.retrievers.random_retriever import RandomRetriever
 from searchenv.reward_specs.metrics import answer_in_passages
 from searchenv.types import Passage, Retriever
@@ -67,13 +66,10 @@ class DegradedRetriever:
 
     def set_step(self, step: int) -> None:
         """Move the schedule to training step ``step`` (the trainer's step; searches do not advance it)."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"{self.name}.set_step takes a non-negative integer step, got {step!r}")
-        self._step = step
+        self._step = check_step(step, self.name)
 
     def _rng(self, query: str) -> np.random.Generator:
-        digest = hashlib.blake2b(f"{self.name}\x00{self.seed}\x00{query}".encode(), digest_size=8).digest()
-        return np.random.default_rng(int.from_bytes(digest, "little"))
+        return query_rng(self.name, self.seed, query)
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         queries = list(queries)

@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from searchenv.cache import cache_root
-from searchenv.cli.arguments import add_dataset_arguments, add_index_path_argument, non_negative_int, positive_int
+from searchenv.cli.arguments import (
+    add_dataset_arguments,
+    add_index_path_argument,
+    key_value,
+    non_negative_int,
+    positive_int,
+)
 from searchenv.corpus import Corpus
 from searchenv.types import QAExample, Retriever
 
@@ -112,6 +118,16 @@ def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--latency-queries", type=non_negative_int, default=50, help="questions searched one at a time (latency)"
     )
     study.add_argument("--seed", type=int, default=0, help="seed of the random engine")
+    study.add_argument(
+        "--retriever-option",
+        action="append",
+        type=key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="engine option, given to every listed retriever that takes it (as `searchenv eval`), e.g. base=bm25 "
+        "and p=0.5 for the degraded engines, url=... and model=... for 'simulated'; repeatable (VALUE read as JSON "
+        "when it can be)",
+    )
     study.set_defaults(handler=run_study)
     return study
 
@@ -146,13 +162,17 @@ def evaluate_engine(
     scored; the second, identical pass is the one timed for QPS, then ``latency_queries`` questions are searched
     one at a time. Timing a cold first pass would report load time as search speed.
     """
+    from searchenv.env.step_rules import search_options
+
     questions = [ex.question for ex in examples]
+    golds = [ex.golden_answers for ex in examples]  # for the engines that ask (distractor, simulated)
     top = max(ks)
 
     def full_pass() -> list[list[Any]]:
         found: list[list[Any]] = []
         for start in range(0, len(questions), batch_size):
-            found.extend(retriever.search(questions[start : start + batch_size], top))
+            end = start + batch_size
+            found.extend(retriever.search(questions[start:end], top, **search_options(retriever, golds[start:end])))
         return found
 
     results = full_pass()
@@ -161,8 +181,8 @@ def evaluate_engine(
     batched_s = time.perf_counter() - started
     single = questions[:latency_queries]
     started = time.perf_counter()
-    for question in single:
-        retriever.search([question], top)
+    for question, gold in zip(single, golds):
+        retriever.search([question], top, **search_options(retriever, [gold]))
     latency_ms = 1000 * (time.perf_counter() - started) / len(single) if single else 0.0
     qps = len(questions) / batched_s if batched_s > 0 else float("inf")
     return [
@@ -188,7 +208,14 @@ def check_study_arguments(args: argparse.Namespace) -> None:
 
 
 def _static_options(engine: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The options an engine gets from the command line alone (cache folders are added once the corpus is read)."""
+    """The options an engine gets from the command line alone (cache folders are added once the corpus is read):
+    its own flags, then the ``--retriever-option`` pairs it takes."""
+    from searchenv.evaluation.suite import retriever_options
+
+    return {**_flag_options(engine, args), **retriever_options(args.engines, args.retriever_option)[engine]}
+
+
+def _flag_options(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     if engine == "random":
         return {"seed": args.seed}
     if engine == "bm25":

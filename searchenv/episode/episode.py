@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from searchenv.episode.health import HEALTH_METRICS
 from searchenv.episode.turns import Facts, Turn, facts, segments_of
 from searchenv.protocol import Protocol
 from searchenv.types import Passage, QAExample
@@ -138,13 +139,14 @@ def metrics_of(
     """One episode's metrics: the vocabulary every adapter, trainer log and report uses (:data:`METRIC_NAMES`).
 
     ``reward``, the counts (``num_actions``, ``num_searches``, ``num_failed_searches``, ``num_invalid``,
-    ``num_opens``, ``num_failed_opens``),
-    ``response_words``, then ``end_reason/<reason>`` for every :data:`EndReason` — 1.0 for the reason the
-    episode ended, 0.0 for the others (all 0.0 while it runs), so that a batch mean (:func:`aggregate_metrics`)
-    is the share of episodes that ended that way — then one ``reward/<part>`` per reward part. Every value is
-    a float, so the dict goes as it is into a logger, JSON or a table. :meth:`Episode.metrics` is the usual
-    caller; a text-only scorer that has a :class:`~searchenv.episode.rollout.Rollout` and no episode calls it
-    with the rollout's facts.
+    ``num_opens``, ``num_failed_opens``), ``response_words``, the reasoning-health numbers (``think_words``,
+    ``think_repetition``: the share of repeated word 4-grams in the think text, ``answer_words``,
+    ``duplicate_search_rate``: the share of searches that repeat an earlier query, ``passages_read``), then
+    ``end_reason/<reason>`` for every :data:`EndReason` — 1.0 for the reason the episode ended, 0.0 for the others
+    (all 0.0 while it runs), so that a batch mean (:func:`aggregate_metrics`) is the share of episodes that ended
+    that way — then one ``reward/<part>`` per reward part. Every value is a float, so the dict goes as it is into a
+    logger, JSON or a table. :meth:`Episode.metrics` is the usual caller; a text-only scorer that has a
+    :class:`~searchenv.episode.rollout.Rollout` and no episode calls it with the rollout's facts.
     """
     return {
         "reward": float(reward),
@@ -155,6 +157,11 @@ def metrics_of(
         "num_opens": float(record.num_opens),
         "num_failed_opens": float(record.num_failed_opens),
         "response_words": float(record.response_words),
+        "think_words": float(record.think_words),
+        "think_repetition": float(record.think_repetition),
+        "answer_words": float(record.answer_words),
+        "duplicate_search_rate": record.num_repeated_searches / record.num_searches if record.num_searches else 0.0,
+        "passages_read": float(record.passages_read),
         **{f"end_reason/{reason}": float(reason == end_reason) for reason in END_REASONS},
         **{f"reward/{k}": float(v) for k, v in reward_parts.items()},
     }
@@ -170,6 +177,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "num_opens",
     "num_failed_opens",
     "response_words",
+    *HEALTH_METRICS,
     *(f"end_reason/{reason}" for reason in END_REASONS),
 )
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from searchenv.episode.health import count_repeated_queries, repetition_ratio, think_text
 from searchenv.protocol import ParsedAction, Protocol
 from searchenv.types import Passage
 
@@ -93,6 +94,12 @@ class Facts:
         model_text: the model's accepted actions, concatenated (dropped text excluded).
         response: the whole transcript after the prompt: accepted actions and inserted text, in order.
         response_words: length of :attr:`model_text` in whitespace-separated words (a tokenizer-free length).
+        think_words / think_repetition: the words inside the model's think blocks, and the share of their word
+            4-grams that repeat an earlier one (:mod:`searchenv.episode.health`).
+        answer_words: words of the prediction (0 without one).
+        num_repeated_searches: credited searches whose query repeats an earlier credited one.
+        passages_read: passages shown after credited searches (environment path only: a transcript does not
+            say which passages its information blocks held, so the text path reads 0).
     """
 
     # The turns are what the facts were read from, not facts: the text path cannot know the passages an
@@ -110,6 +117,11 @@ class Facts:
     model_text: str
     response: str
     response_words: int
+    think_words: int
+    think_repetition: float
+    answer_words: int
+    num_repeated_searches: int
+    passages_read: int = field(compare=False)
 
     @classmethod
     def of(cls, turns: Sequence[Turn], protocol: Protocol, *, credit_searches: bool = True) -> Facts:
@@ -121,9 +133,11 @@ class Facts:
         shown = (t for t in turns if t.searched or t.read) if credit_searches else ()
         bodies = (protocol.information_body(t.observation) for t in shown)
         model_text = "".join(t.action.kept for t in turns)
+        thought = think_text((t.action.kept for t in turns), protocol.think_tags)
+        prediction = final.content if final is not None and final.kind == "answer" else None
         return cls(
             turns=turns,
-            prediction=final.content if final is not None and final.kind == "answer" else None,
+            prediction=prediction,
             searches=searches,
             num_actions=len(turns),
             num_searches=len(searches),
@@ -135,6 +149,11 @@ class Facts:
             model_text=model_text,
             response="".join(t.action.kept + t.observation for t in turns),
             response_words=len(model_text.split()),
+            think_words=len(thought.split()),
+            think_repetition=repetition_ratio(thought),
+            answer_words=len(prediction.split()) if prediction else 0,
+            num_repeated_searches=count_repeated_queries([t.action.content or "" for t in searches]),
+            passages_read=sum(len(t.shown_ids) for t in searches),
         )
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "engine_matrix",
     "format_value",
     "markdown_report",
+    "plot_health",
     "plot_summary",
     "series_colors",
     "summarize",
@@ -41,6 +42,10 @@ METRICS = (
     ("invalid", "invalid actions", 2),
     ("tokens", "response tokens", 1),
     ("answer_rate", "answer rate", 3),
+    ("search_rate", "search rate", 3),
+    ("think_words", "think words", 1),
+    ("think_repetition", "think repetition", 3),
+    ("duplicate_searches", "duplicate searches", 3),
     ("judge", "ACC_L", 3),
 )
 
@@ -104,6 +109,11 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "answer_rate": _mean(
                     float(r.get("end_reason", "answer" if r.get("answered") else None) == "answer") for r in rs
                 ),
+                # reasoning health (records written before these metrics existed leave them empty)
+                "search_rate": _mean(float(r["num_searches"] > 0) for r in rs),
+                "think_words": _mean(r.get("think_words") for r in rs),
+                "think_repetition": _mean(r.get("think_repetition") for r in rs),
+                "duplicate_searches": _mean(r.get("duplicate_search_rate") for r in rs),
                 "judge": _mean(r.get("judge") for r in rs),
             }
         )
@@ -214,6 +224,24 @@ def series_colors(n: int) -> list[tuple[float, ...]]:
 
 def plot_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     """Bars of EM, retrieval recall and valid searches per dataset for every (policy, method, retriever)."""
+    panels = (("em", "EM"), ("recall", "retrieval recall"), ("searches", "valid searches / episode"))
+    return _plot_bars(rows, panels, path)
+
+
+def plot_health(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Reasoning health per dataset for every (policy, method, retriever): the share of episodes that searched,
+    think words, repeated 4-grams in the think text, and the share of searches repeating an earlier query."""
+    panels = (
+        ("search_rate", "episodes that searched"),
+        ("think_words", "think words / episode"),
+        ("think_repetition", "repeated 4-grams in think"),
+        ("duplicate_searches", "duplicate searches (share)"),
+    )
+    return _plot_bars(rows, panels, path)
+
+
+def _plot_bars(rows: Sequence[Mapping[str, Any]], panels: Sequence[tuple[str, str]], path: str | Path) -> Path:
+    """One panel of bars per (key, title): per dataset, one bar per (policy, method, retriever)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -221,7 +249,6 @@ def plot_summary(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
 
     datasets = _datasets_in_order(rows)
     series = list(dict.fromkeys((r["policy"], r["method"], r["retriever"]) for r in rows))
-    panels = (("em", "EM"), ("recall", "retrieval recall"), ("searches", "valid searches / episode"))
     figure, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.6))
     width = 0.8 / max(1, len(series))
     colors = series_colors(len(series))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from searchenv.episode.health import HEALTH_METRICS
 from searchenv.evaluation.baselines import forced_first_action, method_budget, method_protocol
 from searchenv.evaluation.policies import Context, Policy
 from searchenv.evaluation.report import search_failed
@@ -183,6 +184,7 @@ def episode_record(cell: Cell, record_id: str, env: Any, prompt: str, response_t
         "num_actions": episode.num_actions,
         "end_reason": episode.end_reason,
         "response_tokens": response_tokens,
+        **{k: v for k, v in episode.metrics().items() if k in HEALTH_METRICS},  # reasoning health
         "prompt": prompt,
         "segments": [{"author": s.author, "text": s.text} for s in episode.segments],
         "retrieved": [[{"id": p.id, "title": p.title} for p in hits] for hits in episode.retrieved],

@@ -23,7 +23,14 @@ from searchenv.evaluation.baselines import METHODS
 from searchenv.evaluation.checkpoint import REPLAYED, read_run_settings, replay_settings
 from searchenv.evaluation.evalset import eval_split, subsample
 from searchenv.evaluation.policies import EndpointPolicy, EvalSampling, LocalPolicy, Policy, VLLMPolicy
-from searchenv.evaluation.report import markdown_report, plot_summary, search_failed, summarize, write_csv
+from searchenv.evaluation.report import (
+    markdown_report,
+    plot_health,
+    plot_summary,
+    search_failed,
+    summarize,
+    write_csv,
+)
 from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, run_cell
 from searchenv.types import QAExample
 
@@ -265,7 +272,7 @@ def _judge(args: argparse.Namespace) -> Any:
     if not args.judge_model:
         raise ValueError("--judge-url needs --judge-model (the model name the judge server serves)")
     judge = LLMJudge(args.judge_url, args.judge_model, retries=args.retries, timeout=args.timeout)
-    judge.endpoint.check()
+    judge.check()
     return judge
 
 
@@ -390,6 +397,7 @@ def _write_report(store: TranscriptStore, output: Path, no_plot: bool) -> None:
     if not no_plot:
         try:
             written.append(plot_summary(rows, output / "metrics.png"))
+            written.append(plot_health(rows, output / "health.png"))
         except ImportError:
             print("note: plots need matplotlib (pip install 'searchenv[plot]'); skipped", file=sys.stderr)
     print(markdown_report(rows, notes))

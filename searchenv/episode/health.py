@@ -1,0 +1,55 @@
+"""Reasoning-health measurements of one episode's text: how long the model thought, how much of its thinking
+repeats itself, how long its answer is, how often it searched for the same thing twice.
+
+A reasoning channel can collapse (empty, or one phrase looped) while the reward still looks fine; these numbers
+show it in every episode's metrics (:func:`searchenv.episode.episode.metrics_of`). They are read from the
+episode's turns by :meth:`searchenv.episode.turns.Facts.of`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from searchenv.protocol.scan import TagScanner
+
+__all__ = ["HEALTH_METRICS", "REPEAT_NGRAM", "count_repeated_queries", "repetition_ratio", "think_text"]
+
+#: The reasoning-health metric names in every episode's metrics (see :func:`searchenv.episode.episode.metrics_of`).
+HEALTH_METRICS: tuple[str, ...] = (
+    "think_words",
+    "think_repetition",
+    "answer_words",
+    "duplicate_search_rate",
+    "passages_read",
+)
+
+#: The n of the word n-grams the repetition ratio counts (4: long enough that ordinary prose rarely repeats one).
+REPEAT_NGRAM = 4
+_DEFAULT_THINK_TAGS = ("<think>", "</think>")
+
+
+def think_text(actions: Iterable[str], think_tags: tuple[str, str] | None) -> str:
+    """The content of every think block of the model's accepted actions, joined by newlines.
+
+    Protocols without a think pair (R-Search, native tool calls) are read with ``<think>`` … ``</think>``, which
+    tool-calling models write anyway; a model that writes none has thought 0 words.
+    """
+    scanner = TagScanner({"think": think_tags or _DEFAULT_THINK_TAGS})
+    bodies = []
+    for action in actions:
+        bodies += [action[b.body_start : b.body_end].strip() for b in scanner.read(action).blocks()]
+    return "\n".join(b for b in bodies if b)
+
+
+def repetition_ratio(text: str, n: int = REPEAT_NGRAM) -> float:
+    """The share of the text's word ``n``-grams that already occurred earlier in it (lower-cased); 0.0 for a text
+    shorter than ``n`` words. A looped phrase drives it towards 1."""
+    words = text.lower().split()
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    return (len(grams) - len(set(grams))) / len(grams) if grams else 0.0
+
+
+def count_repeated_queries(queries: Sequence[str]) -> int:
+    """How many queries repeat an earlier one of the same episode (case and spacing ignored)."""
+    keys = [" ".join(q.lower().split()) for q in queries]
+    return len(keys) - len(set(keys))

@@ -1,0 +1,121 @@
+"""The LLM-judge reward spec and the evaluation's ACC_L judge through one judge: a real ``transformers serve`` on
+loopback and a local SmolLM2 (slow), a loopback stand-in speaking OpenAI's wire format for the batch, cache and
+failure rules (fast), a dead URL whose fallback is counted."""
+
+from __future__ import annotations
+
+import pickle
+
+import gymnasium as gym
+import pytest
+from servers import free_port, openai_chat_app, serve_in_thread
+
+from searchenv.evaluation.judge import LLMJudge
+from searchenv.reward_specs import REWARD_SPECS, Rollout, load_reward
+from searchenv.reward_specs.judging.prompt import ACC_L_PROMPT, check_prompt, judge_prompt, parse_verdict
+
+QUESTION = "Who founded Orvane Abbey?"
+GOLDS = ["Tesk Mallor"]
+
+
+def _rollout(answer: str | None, golds=GOLDS, question=QUESTION) -> Rollout:
+    text = "<think>I know this.</think>" + (f"<answer>{answer}</answer>" if answer is not None else "no answer")
+    return Rollout.from_text(text, golds, question=question)
+
+
+def test_verdicts_are_read_from_the_first_word() -> None:
+    assert [parse_verdict(r) for r in ("Yes.", " no, because", "**YES**", "maybe", "")] == [1.0, 0.0, 1.0, None, None]
+    prompt = judge_prompt(QUESTION, ["a", "b"], "c")
+    assert QUESTION in prompt and "a | b" in prompt and prompt.startswith(ACC_L_PROMPT[:20])
+    with pytest.raises(ValueError, match=r"missing \{prediction\}"):
+        check_prompt("Q: {question} G: {golds}")
+
+
+def test_judge_is_a_builtin_spec_that_needs_its_model() -> None:
+    assert "judge" in REWARD_SPECS
+    with pytest.raises(ValueError, match="judge.*needs 'model'"):
+        load_reward("judge")
+    with pytest.raises(ValueError, match="not a local checkpoint folder"):
+        load_reward("judge", model="/no/such/model")
+    with pytest.raises(ValueError, match="url.*http"):
+        load_reward("judge", url="localhost:8000", model="m")
+    with pytest.raises(ValueError, match="lambda_f \\+ lambda_r must be below 1"):
+        load_reward({"base": "judge", "url": "http://127.0.0.1:9", "model": "m", "lambda_f": 0.6, "lambda_r": 0.5})
+
+
+def test_a_dead_judge_falls_back_to_em_and_counts_it() -> None:
+    spec = load_reward({"base": "judge", "url": f"http://127.0.0.1:{free_port()}", "model": "m", "retries": 0})
+    right, wrong, none = spec.score_batch([_rollout("Tesk Mallor"), _rollout("Orvane"), _rollout(None)])
+    assert (right.reward, right.parts["judge"], right.parts["judge_fallback"]) == (1.0, 1.0, 1.0)
+    assert (wrong.reward, wrong.parts["judge"], wrong.parts["judge_fallback"]) == (0.0, 0.0, 1.0)
+    assert (none.parts["judge"], none.parts["judge_fallback"]) == (0.0, 0.0)  # nothing to judge: no fallback
+    assert spec._judge.prompter.num_cached == 0  # a failure is never cached as an answer
+    copy = pickle.loads(pickle.dumps(spec))  # a Ray worker or a subprocess vector env gets its own client
+    assert copy == spec and copy(_rollout("Orvane")).parts["judge_fallback"] == 1.0
+
+
+def test_the_judge_decides_against_the_metric_in_one_concurrent_batch_and_caches() -> None:
+    asked: list[str] = []
+
+    def reply(prompt: str) -> str | int:
+        if "Predicted answer: broken" in prompt:
+            return 400  # a refused request fails this case alone
+        return "yes" if "Predicted answer: T. Mallor" in prompt else "no"
+
+    with serve_in_thread(openai_chat_app(reply, asked)) as url:
+        spec = load_reward("judge", url=url, model="judge-model", retries=0)
+        batch = [_rollout("T. Mallor"), _rollout("Tesk Mallor"), _rollout("broken"), _rollout("T. Mallor")]
+        synonym, exact, broken, again = spec.score_batch(batch)
+        assert (synonym.reward, synonym.parts["judge"], synonym.parts["em"]) == (1.0, 1.0, 0.0)  # judge, not EM
+        assert (exact.reward, exact.parts["judge"], exact.parts["judge_fallback"]) == (0.0, 0.0, 0.0)
+        assert (broken.parts["judge"], broken.parts["judge_fallback"]) == (0.0, 1.0)
+        assert again == synonym and len(asked) == 3  # the repeated case was asked once
+        assert spec(_rollout("T. Mallor")) == synonym and len(asked) == 3  # per-rollout call: from the cache
+        assert spec(_rollout("T. Mallor", question="Another question?")).parts["judge"] == 1.0 and len(asked) == 4
+
+
+def test_judge_composes_with_the_format_and_retrieval_terms() -> None:
+    with serve_in_thread(openai_chat_app(lambda prompt: "no")) as url:
+        spec = load_reward({"base": "judge", "url": url, "model": "m", "lambda_f": 0.2, "lambda_r": 0.1})
+        assert spec.reads_retrieval and not load_reward("judge", url=url, model="m").reads_retrieval
+        result = spec(_rollout("Tesk Mallor"))  # EM says right, the judge says wrong
+        assert result.reward == pytest.approx(0.2) and result.parts["judge"] == 0.0 and result.parts["em"] == 1.0
+
+
+def test_the_env_logs_the_verdict_as_a_reward_part() -> None:
+    with serve_in_thread(openai_chat_app(lambda prompt: "Yes")) as url:
+        with gym.make("SearchQA-v0", retriever="random", reward={"base": "judge", "url": url, "model": "m"}) as env:
+            env.reset(seed=0)
+            _, reward, terminated, _, info = env.step("<answer>anything at all</answer>")
+    assert terminated and reward == 1.0 and info["reward_parts"]["judge"] == 1.0
+    assert info["episode_metrics"]["reward/judge_fallback"] == 0.0
+
+
+def test_eval_judge_leaves_an_unjudged_record_out() -> None:
+    with serve_in_thread(openai_chat_app(lambda prompt: "yes" if "Paris" in prompt else "dunno")) as url:
+        judge = LLMJudge(url, "m", retries=0)
+        judge.check()
+        records = [
+            {"question": "Capital of France?", "golden_answers": ["Paris"], "prediction": "Paris"},
+            {"question": "Capital of Spain?", "golden_answers": ["Madrid"], "prediction": "Lyon"},
+            {"question": "Capital of Spain?", "golden_answers": ["Madrid"], "prediction": None},
+        ]
+        judge(records)
+    assert [r["judge"] for r in records] == [1.0, None, 0.0]
+
+
+@pytest.mark.slow
+def test_judge_reward_against_transformers_serve(transformers_server, smollm2_dir) -> None:
+    spec = load_reward("judge", url=transformers_server, model=str(smollm2_dir), retries=1, timeout=120)
+    results = spec.score_batch([_rollout("Tesk Mallor"), _rollout("a cat")])
+    assert spec._judge.prompter.num_cached == 2  # the real server answered both: no failure fallback
+    for result in results:
+        assert result.parts["judge"] in (0.0, 1.0) and result.parts["judge_fallback"] in (0.0, 1.0)
+    assert spec.score_batch([_rollout("Tesk Mallor"), _rollout("a cat")]) == results  # greedy + cached
+
+
+@pytest.mark.slow
+def test_judge_reward_with_a_local_model(smollm2_dir) -> None:
+    spec = load_reward({"base": "judge", "model": str(smollm2_dir), "device": "cpu"})
+    result = spec(_rollout("Tesk Mallor"))
+    assert spec._judge.prompter.num_cached == 1 and result.parts["judge"] in (0.0, 1.0)
