@@ -285,3 +285,17 @@ def test_the_vector_env_opens_for_every_sub_environment() -> None:
     assert observations[0].startswith("\n\n<information>Page(Title: ")
     assert observations[1] == ASEARCHER.format_open_error(missing=True)
     assert list(infos["action"]) == ["open", "open"]
+
+
+def test_step_async_opens_as_step_does(world_env: SearchQAEnv) -> None:
+    question = world_env.reset(options={"index": 3})[1]["question"]
+    actions = [f"<search> {question} </search>", "<access> 1 </access>", "<access> 99 </access>"]
+    expected = [world_env.step(a) for a in actions]
+
+    async def play() -> list:
+        world_env.reset(options={"index": 3})
+        return [await world_env.step_async(a) for a in actions]
+
+    assert asyncio.run(play()) == expected
+    assert expected[1][4]["action"] == "open" and "open_error" not in expected[1][4]
+    assert "open_error" in expected[2][4]

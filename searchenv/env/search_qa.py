@@ -24,6 +24,7 @@ from searchenv.env.step_rules import (
     StepOutcome,
     StepResult,
     apply_outcome,
+    arun_open,
     plan_step,
     run_open,
     run_search,
@@ -332,12 +333,15 @@ class SearchQAEnv(gym.Env[str, str]):
         """
         episode = self.episode
         plan = plan_step(self, episode, action)
-        found: list[Passage] | str | None = None
+        found: Found | None = None
+        turns = len(episode.turns)
+        raises = self.on_retrieval_error == "raise"
         if plan.query is not None:
-            turns = len(episode.turns)
-            raises = self.on_retrieval_error == "raise"
             golds = episode.example.golden_answers
             found = await self.search_merger.search(self.retriever, plan.query, self.topk, golds, raises)
+        elif plan.open_ref is not None:
+            (found,) = await arun_open(self.opener, [plan.open_ref], raises)
+        if plan.query is not None or plan.open_ref is not None:
             if self._episode is not episode or len(episode.turns) != turns:
                 raise RuntimeError(
                     "the episode was reset, closed or stepped while this step_async was searching, so the step was "
