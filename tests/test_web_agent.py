@@ -1,0 +1,78 @@
+"""The web-research agent end to end: search the web, open a result, answer — and replay that run exactly.
+
+Real parts: the loopback web (:class:`~searchenv.retrievers.web.standin.LocalWeb`, a real HTTP server speaking
+SearXNG's and Serper's wire formats and serving one page per world article), the page reader, the SQLite record,
+and ``gym.make`` with ASearcher's protocol. Requests are counted by the server, so "zero calls" is what it saw.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+from searchenv.data.world.generator import generate_world
+from searchenv.retrievers.web.standin import LocalWeb
+
+
+@pytest.fixture(scope="module")
+def world() -> Any:
+    return generate_world(300, seed=5)
+
+
+@pytest.fixture
+def web(world: Any) -> Iterator[LocalWeb]:
+    with LocalWeb(world.corpus) as served:
+        yield served
+
+
+def agent_env(web: LocalWeb, world: Any, backend: str, **options: Any) -> Any:
+    url = web.searxng_url if backend == "searxng" else web.serper_url
+    extra = {"api_key": "sk-test-0001"} if backend == "serper" else {}
+    return gym.make(
+        "SearchQA-v0",
+        dataset=world.questions[:1],
+        retriever=backend,
+        retriever_options={"url": url, "pages": {"host_interval": 0}, **extra, **options},
+        protocol="asearcher",
+        reward="em",
+    )
+
+
+def play(env: Any, world: Any) -> list[Any]:
+    """Search the question's subject, open result 1, answer the gold: what the model saw and got, step by step."""
+    env.reset(seed=0)
+    example = env.unwrapped.episode.example
+    title = next(p.title for p in world.corpus if p.title.casefold() in example.question.casefold())
+    steps = [env.step(f"<think>look</think><search> {title} </search>"), env.step("<access> 1 </access>")]
+    steps.append(env.step(f"<answer> {example.golden_answers[0]} </answer>"))
+    return [json.loads(json.dumps(step, default=str)) for step in steps]
+
+
+@pytest.mark.parametrize("backend", ["searxng", "serper"])
+def test_an_episode_searches_the_web_opens_a_result_and_answers(web: LocalWeb, world: Any, backend: str) -> None:
+    (searched, opened, answered) = play(agent_env(web, world, backend), world)
+    first_url = searched[4]["passage_ids"][0]
+    assert first_url.startswith("http://127.0.0.1")
+    observation, _, _, _, info = opened
+    assert info["action"] == "open" and info["document_ref"] == first_url and "open_error" not in info
+    assert observation.lstrip().startswith("<information>Page(Title: ")
+    assert web.counts["page"] >= 1
+    _, reward, terminated, _, final = answered
+    assert terminated and reward == 1.0 and final["episode_metrics"]["num_opens"] == 1.0
+
+
+def test_a_recorded_web_agent_run_replays_byte_identically_with_no_request(
+    web: LocalWeb, world: Any, tmp_path: Path
+) -> None:
+    cache = str(tmp_path / "agent.sqlite")
+    recorded = play(agent_env(web, world, "searxng", cache=cache, cache_mode="record"), world)
+    calls = dict(web.counts)
+    assert calls["searxng"] >= 1 and calls["page"] >= 1
+    replays = [play(agent_env(web, world, "searxng", cache=cache, cache_mode="replay"), world) for _ in range(2)]
+    assert dict(web.counts) == calls  # neither the search API nor a page was asked again
+    assert replays == [recorded, recorded]
