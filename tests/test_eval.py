@@ -69,9 +69,9 @@ def test_progress_moves_by_turns_and_tokens_before_an_episode_finishes(monkeypat
     shown = progress_module.EvalProgress(total_episodes=2, file=screen)
     shown.tokens_streamed(3)
     shown.tokens_streamed(4)
-    assert "model: 7 tokens" in screen.getvalue() and "0/2" in screen.getvalue()
+    assert "model: 7tok" in screen.getvalue() and "0/2" in screen.getvalue()
     shown.turn_done([5, 1])  # the policy's exact counts replace the live estimate
-    assert "model: 6 tokens" in screen.getvalue() and "2 turns" in screen.getvalue()
+    assert "model: 6tok" in screen.getvalue() and "2 turns" in screen.getvalue()
     shown.episodes_done(2)
     shown.close()
     assert "2/2" in screen.getvalue()
@@ -108,9 +108,7 @@ def test_tiny_cpu_eval_shows_progress_before_its_first_episode_finishes(smollm2_
     assert main(args) == 0
     err = capsys.readouterr().err
     assert "the CPU defaults apply: --max-total-tokens 2048" in err  # what the command line left unset
-    first_token = next(
-        i for i, line in enumerate(err.split("\r")) if "model: " in line and "model: 0 tokens" not in line
-    )
+    first_token = next(i for i, line in enumerate(err.split("\r")) if "model: " in line and "model: 0tok" not in line)
     finished = next(i for i, line in enumerate(err.split("\r")) if "episodes: 100%" in line)
     assert first_token < finished  # the model's tokens showed before the episode was done
     assert len(_records(tmp_path)) == 1

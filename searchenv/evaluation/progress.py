@@ -20,7 +20,7 @@ REFRESH_SECONDS = 0.5
 
 
 class EvalProgress:
-    """Two tqdm lines on ``file`` (default stderr): ``episodes n/N`` and ``model: T tokens, K turns``."""
+    """Two tqdm lines on ``file`` (default stderr): ``episodes n/N`` and ``model: Ttok, K turns``."""
 
     def __init__(self, total_episodes: int, file: TextIO | None = None):
         from tqdm.auto import tqdm
@@ -28,7 +28,7 @@ class EvalProgress:
         out = file or sys.stderr
         common: dict[str, Any] = {"file": out, "dynamic_ncols": True, "mininterval": REFRESH_SECONDS}
         self._episodes = tqdm(total=total_episodes, unit="episode", desc="episodes", position=0, **common)
-        self._tokens = tqdm(unit=" tokens", desc="model", position=1, **common)
+        self._tokens = tqdm(unit="tok", desc="model", position=1, **common)
         self._exact = 0  # tokens of finished turns, as the policy counted them
         self._turns = 0
 
@@ -45,7 +45,7 @@ class EvalProgress:
         self._exact += sum(token_counts)
         self._turns += len(token_counts)
         self._tokens.n = self._exact  # the streamed estimate may count padding past a row's cap; the policy is exact
-        self._tokens.set_postfix_str(f"{self._turns} turns", refresh=False)
+        self._tokens.set_postfix_str(f"{self._turns} turn{'' if self._turns == 1 else 's'}", refresh=False)
         self._tokens.refresh()
 
     def close(self) -> None:

@@ -43,10 +43,12 @@ DEFAULTS: dict[str, Any] = {
     "max_total_tokens": 4096,
 }
 #: What changes when a local model runs on a CPU (no GPU, or ``--device cpu``): the token budget and the number of
-#: questions. An untrained small model rarely writes a closing tag, so every turn runs to ``max_new_tokens``: at
-#: 500 tokens x 4 turns one question of SmolLM2-135M took over 10 min on a 2-core machine; 128 x 4 (the demo's
-#: turn length) keeps a question to about a minute there, and 20 questions per dataset make a run that finishes.
-#: A checkpoint's own token budget (searchenv_run.json) still wins, and every value given on the command line.
+#: questions. Generation is the whole cost, and an untrained small model often writes no closing tag, so a turn
+#: runs to ``max_new_tokens``: with 500 x 4 turns one question of SmolLM2-135M had not finished after 15 min on
+#: the shared 2-core development box (its first turn alone took 313 s); with 128 (the demo's turn length) the same
+#: question finished in 10.6 min there under a load of ~20, 286 tokens in all (docs/evaluation.md). 20 questions
+#: per dataset instead of every one. A checkpoint's own token budget (searchenv_run.json) still wins, and every
+#: value given on the command line.
 CPU_DEFAULTS: dict[str, Any] = {"max_new_tokens": 128, "max_total_tokens": 2048, "limit": 20}
 _TRI = {"auto": None, "on": True, "off": False}
 
