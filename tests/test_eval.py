@@ -44,6 +44,72 @@ def test_local_policy_stops_at_a_stop_string(local_policy):
     assert full[0].finish_reason == "context_full" and full[0].num_tokens == 0
 
 
+def test_a_local_model_reports_its_tokens_while_a_turn_runs(local_policy):
+    seen: list[int] = []
+    local_policy.on_tokens = seen.append
+    try:
+        out = local_policy.generate([Context("Say hi", ""), Context("Count: one two", "")], ["</answer>"])
+    finally:
+        local_policy.on_tokens = None
+    assert len(seen) > 1  # one report per decoding step, not one per turn
+    assert sum(seen) >= sum(g.num_tokens for g in out) > 0  # rows that stopped early are not counted after it
+
+
+def test_progress_moves_by_turns_and_tokens_before_an_episode_finishes(monkeypatch):
+    import io
+
+    from searchenv.evaluation import progress as progress_module
+
+    monkeypatch.setattr(progress_module, "REFRESH_SECONDS", 0)
+    screen = io.StringIO()
+    shown = progress_module.EvalProgress(total_episodes=2, file=screen)
+    shown.tokens_streamed(3)
+    shown.tokens_streamed(4)
+    assert "model: 7tok" in screen.getvalue() and "0/2" in screen.getvalue()
+    shown.turn_done([5, 1])  # the policy's exact counts replace the live estimate
+    assert "model: 6tok" in screen.getvalue() and "2 turns" in screen.getvalue()
+    shown.episodes_done(2)
+    shown.close()
+    assert "2/2" in screen.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("argv", "limit", "max_new_tokens", "note"),
+    [
+        (["--device", "cpu"], 20, 128, "--max-new-tokens 128 --max-total-tokens 2048 --limit 20"),
+        (["--device", "cpu", "--limit", "all", "--max-new-tokens", "64"], None, 128, "--max-total-tokens 2048"),
+        (["--device", "cuda"], None, 500, None),
+        (["--policy", "endpoint", "--limit", "7"], 7, 500, None),
+    ],
+)
+def test_cpu_defaults_apply_only_to_a_local_model_on_a_cpu(argv, limit, max_new_tokens, note, capsys):
+    from searchenv.cli.main import build_parser
+
+    args = build_parser(["eval"]).parse_args(["eval", *argv])
+    defaults, resolved_limit = suite._device_defaults(args)
+    assert resolved_limit == limit and defaults["max_new_tokens"] == max_new_tokens
+    assert defaults["max_total_tokens"] == (2048 if "cpu" in argv else 4096)
+    err = capsys.readouterr().err
+    assert (f"the CPU defaults apply: {note} (" in err) if note else err == ""
+    # what the episodes use: the command line, else these defaults
+    assert suite._sampling(args, defaults).max_new_tokens == (64 if "64" in argv else max_new_tokens)
+
+
+@pytest.mark.slow
+def test_tiny_cpu_eval_shows_progress_before_its_first_episode_finishes(smollm2_dir, tmp_path, monkeypatch, capsys):
+    from searchenv.evaluation import progress as progress_module
+
+    monkeypatch.setattr(progress_module, "REFRESH_SECONDS", 0)  # draw every update, so the order can be read
+    args = ["eval", "--model", str(smollm2_dir), *TINY, "--limit", "1", "--device", "cpu", "--output", str(tmp_path)]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "the CPU defaults apply: --max-total-tokens 2048" in err  # what the command line left unset
+    first_token = next(i for i, line in enumerate(err.split("\r")) if "model: " in line and "model: 0tok" not in line)
+    finished = next(i for i, line in enumerate(err.split("\r")) if "episodes: 100%" in line)
+    assert first_token < finished  # the model's tokens showed before the episode was done
+    assert len(_records(tmp_path)) == 1
+
+
 @pytest.mark.slow
 def test_eval_end_to_end_with_baselines(smollm2_dir, tmp_path):
     out = tmp_path / "run"

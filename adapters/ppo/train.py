@@ -32,6 +32,7 @@ from searchenv.env.defaults import env_default
 _DESCRIPTION = __doc__.split("\n")[0]
 
 __all__ = [
+    "ALGORITHM_HELP",
     "CPU_RECIPE",
     "PAPER_ENV",
     "add_env_arguments",
@@ -165,6 +166,38 @@ def apply_recipe(parser: argparse.ArgumentParser, argv: Sequence[str] | None, pa
     parser.set_defaults(**{k: v for k, v in defaults.items() if k in options})
 
 
+#: One help line per :class:`~searchenv.adapters.ppo.trainer.PPOConfig` field (``--help`` appends the default,
+#: which the recipe or ``--paper`` may change). A field added to PPOConfig without a line here fails the CLI tests.
+ALGORITHM_HELP: dict[str, str] = {
+    "algorithm": "policy-gradient algorithm: ppo (with a critic), grpo (group-relative advantages) or reinforce++",
+    "lr": "policy learning rate (AdamW)",
+    "critic_lr": "critic learning rate (ppo only)",
+    "prompts_per_step": "questions sampled per training step",
+    "group_size": "episodes played per question (grpo's group; usually 1 for ppo and reinforce++)",
+    "mini_batch_size": "episodes per optimizer step (a multiple of --micro-batch-size)",
+    "micro_batch_size": "episodes per forward/backward pass (lower it when memory runs out)",
+    "ppo_epochs": "passes over each step's episodes",
+    "clip_eps": "policy ratio clip range (the ε of the clipped surrogate loss)",
+    "value_clip": "ppo critic: how far a new value may move from the rollout's value",
+    "entropy_coef": "weight of the entropy bonus subtracted from the loss (0 turns it off)",
+    "kl_coef": "β of the KL term to the frozen start model (grpo: a loss; ppo/reinforce++: a reward penalty); "
+    "0 keeps no reference model",
+    "gamma": "per-token discount of the returns (ppo and reinforce++; 1 = none)",
+    "lam": "GAE λ of ppo's advantages (1 = Monte-Carlo returns minus the critic's values)",
+    "max_grad_norm": "gradients are clipped to this global norm",
+    "temperature": "sampling temperature of the rollouts",
+    "top_p": "nucleus sampling threshold of the rollouts (1 = off)",
+    "max_new_tokens": "tokens the model may write per turn",
+    "max_total_tokens": "prompt + response cap of one episode (it ends truncated there)",
+    "curriculum_steps": "N > 0: sample questions of at most 1 + step // N hops (1-hop first); 0: all from the start",
+    "bf16": "bfloat16 autocast for forward passes (weights and optimizer stay float32; GPUs)",
+    "logprob_chunk": "tokens per lm-head chunk when computing log-probs and entropies (lower: less memory)",
+    "steps": "training steps",
+    "save_every": "save a checkpoint every N steps into --output-dir (0: only at the end)",
+    "seed": "seed of question sampling and of torch",
+}
+
+
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     from searchenv.adapters.ppo.trainer import PPOConfig
 
@@ -185,14 +218,15 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     for f in fields(PPOConfig):
         flag = "--" + f.name.replace("_", "-")
         value = getattr(defaults, f.name)
-        if f.name == "algorithm":
-            algo.add_argument(flag, default=value, choices=["ppo", "grpo", "reinforce++"])
-        elif f.name == "chat_template":
+        if f.name == "chat_template":
             continue  # an environment/prompt option (add_env_arguments)
+        text = ALGORITHM_HELP.get(f.name)
+        if f.name == "algorithm":
+            algo.add_argument(flag, default=value, choices=["ppo", "grpo", "reinforce++"], help=text)
         elif isinstance(value, bool):
-            algo.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+            algo.add_argument(flag, action=argparse.BooleanOptionalAction, default=value, help=text)
         else:
-            algo.add_argument(flag, type=type(value), default=value)
+            algo.add_argument(flag, type=type(value), default=value, help=text)
 
     out = parser.add_argument_group("output")
     out.add_argument("--log", default=None, help="append per-step metrics (JSON lines) to this file")

@@ -161,8 +161,13 @@ class HFGenerator:
         self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [eos]) - {None}
 
     def generate(
-        self, contexts: Sequence[Sequence[int]], stop_strings: Sequence[str], max_new_tokens: Sequence[int]
+        self,
+        contexts: Sequence[Sequence[int]],
+        stop_strings: Sequence[str],
+        max_new_tokens: Sequence[int],
+        streamer: Any = None,
     ) -> list[GeneratedTurn]:
+        """``streamer``: a ``transformers`` streamer that sees each decoding step (evaluation's progress counter)."""
         import torch
 
         if not contexts:  # a rank with no episode left still takes part in a synchronised turn
@@ -188,6 +193,7 @@ class HFGenerator:
                 eos_token_id=sorted(self.eos_ids),
                 output_scores=True,
                 return_dict_in_generate=True,
+                streamer=streamer,
                 **kwargs,
             )
         self.model.train(was_training)

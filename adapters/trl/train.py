@@ -76,23 +76,37 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument(
         "--paper", action="store_true", help="Search-R1's settings for every option not given (the GPU recipe)"
     )
-    model.add_argument("--learning-rate", type=float, default=5e-7)
+    model.add_argument("--learning-rate", type=float, default=5e-7, help="policy learning rate")
     model.add_argument("--beta", type=float, default=0.001, help="KL coefficient")
     model.add_argument("--num-generations", type=int, default=5, help="GRPO group size")
-    model.add_argument("--per-device-train-batch-size", type=int, default=5)
-    model.add_argument("--gradient-accumulation-steps", type=int, default=1)
-    model.add_argument("--steps-per-generation", type=int, default=None)
+    model.add_argument(
+        "--per-device-train-batch-size", type=int, default=5, help="episodes per device per optimizer micro-step"
+    )
+    model.add_argument(
+        "--gradient-accumulation-steps", type=int, default=1, help="micro-steps summed into one optimizer step"
+    )
+    model.add_argument(
+        "--steps-per-generation",
+        type=int,
+        default=None,
+        help="optimizer micro-steps served by one round of rollouts (default: TRL's, = --gradient-accumulation-steps)",
+    )
     model.add_argument("--max-completion-length", type=int, default=1024, help="response cap (model + env tokens)")
     model.add_argument("--max-new-tokens", type=int, default=500, help="per-turn generation cap")
-    model.add_argument("--temperature", type=float, default=1.0)
-    model.add_argument("--top-p", type=float, default=1.0)
-    model.add_argument("--max-steps", type=positive_int, default=2)
-    model.add_argument("--logging-steps", type=int, default=1)
+    model.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the rollouts")
+    model.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (1 = off)")
+    model.add_argument("--max-steps", type=positive_int, default=2, help="optimizer steps to train")
+    model.add_argument("--logging-steps", type=int, default=1, help="log metrics every N steps")
     model.add_argument("--save-steps", type=int, default=0, help="0: save only at the end")
-    model.add_argument("--seed", type=int, default=0)
+    model.add_argument("--seed", type=int, default=0, help="seed of TRL's shuffling and sampling")
     model.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False, help="bf16 autocast")
     model.add_argument("--use-vllm", action="store_true", help="vLLM rollouts through TRL's wrapper (GPU)")
-    model.add_argument("--vllm-mode", default="colocate", choices=["colocate", "server"])
+    model.add_argument(
+        "--vllm-mode",
+        default="colocate",
+        choices=["colocate", "server"],
+        help="with --use-vllm: vLLM inside the training process, or a separate `trl vllm-serve`",
+    )
     model.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     out = parser.add_argument_group("output")
     out.add_argument("--log", default=None, help="append every logged step (JSON lines) to this file")

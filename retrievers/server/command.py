@@ -74,13 +74,17 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="any other engine option, repeatable; VALUE is parsed as JSON when it can be",
     )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; use 0.0.0.0 to expose it)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes sharing the port")
     p.add_argument("--topk", type=int, default=defaults.topk, help="k when a request gives none")
-    p.add_argument("--max-topk", type=int, default=defaults.max_topk)
+    p.add_argument("--max-topk", type=int, default=defaults.max_topk, help="largest k a request may ask (else 422)")
     p.add_argument("--max-queries", type=int, default=defaults.max_queries, help="most queries per request")
-    p.add_argument("--max-query-chars", type=int, default=defaults.max_query_chars)
-    p.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes)
+    p.add_argument(
+        "--max-query-chars", type=int, default=defaults.max_query_chars, help="longest query accepted (else 422)"
+    )
+    p.add_argument(
+        "--max-body-bytes", type=int, default=defaults.max_body_bytes, help="largest request body accepted (else 413)"
+    )
     p.add_argument("--cache-size", type=int, default=defaults.cache_size, help="LRU (query, k) entries; 0 disables")
     p.add_argument(
         "--batch-wait-ms",
@@ -88,7 +92,12 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=defaults.batch_wait_ms,
         help="how long to gather concurrent requests into one engine call",
     )
-    p.add_argument("--max-batch-queries", type=int, default=defaults.max_batch_queries)
+    p.add_argument(
+        "--max-batch-queries",
+        type=int,
+        default=defaults.max_batch_queries,
+        help="most queries the batcher merges into one engine call",
+    )
     p.add_argument(
         "--inline-budget-ms",
         type=float,
@@ -96,7 +105,7 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="search a lone request on the event loop when the in-process engine took at most this last time (0: off)",
     )
     p.add_argument("--token", default=None, help=f"require 'Authorization: Bearer TOKEN' (or set ${TOKEN_ENV})")
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--log-level", default="info", help="logging level of the server (debug, info, warning, error)")
     p.add_argument("--ray", action="store_true", help="serve through Ray Serve (pip install 'searchenv[ray]')")
     p.add_argument("--replicas", type=int, default=1, help="Ray Serve replicas (with --ray)")
     p.add_argument("--ray-address", default=None, help="existing Ray cluster to join (with --ray; default: start one)")

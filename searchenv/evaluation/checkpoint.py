@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REPLAYED", "RUN_FILE", "Mismatch", "read_run_settings", "replay_settings"]
+__all__ = ["REPLAYED", "RUN_FILE", "TOKEN_BUDGET", "Mismatch", "read_run_settings", "replay_settings"]
 
 #: The file name training scripts write next to the weights.
 RUN_FILE = "searchenv_run.json"
@@ -47,7 +47,7 @@ REPLAYED = (
     "max_total_tokens",
 )
 #: The token budget, which the built-in loop records inside its ``config`` (``PPOConfig``'s field names).
-_TOKEN_BUDGET = ("max_new_tokens", "max_total_tokens")
+TOKEN_BUDGET = ("max_new_tokens", "max_total_tokens")
 
 
 @dataclass(frozen=True)
@@ -77,12 +77,12 @@ def read_run_settings(checkpoint: str | Path) -> dict[str, Any]:
             raise ValueError(f"{run_file}: expected a JSON object of settings")
         config = settings.get("config")
         if isinstance(config, dict):
-            settings = {**{k: config[k] for k in _TOKEN_BUDGET if k in config}, **settings}
+            settings = {**{k: config[k] for k in TOKEN_BUDGET if k in config}, **settings}
         return settings
     ppo_config = folder / "ppo_config.json"
     if ppo_config.is_file():
         config = json.loads(ppo_config.read_text(encoding="utf-8"))
-        return {k: config[k] for k in ("chat_template", *_TOKEN_BUDGET) if k in config}
+        return {k: config[k] for k in ("chat_template", *TOKEN_BUDGET) if k in config}
     return {}
 
 

@@ -62,7 +62,7 @@ def add_evaluation_parsers(commands: Any) -> None:
     data.add_argument("--datasets", default=",".join(EVAL_DATASETS), help="comma list of names or files")
     data.add_argument("--data-dir", default=None, help="local folder with <name>/<split>.jsonl (else the hub)")
     data.add_argument("--limit", type=int, default=None, help="questions per dataset (seeded subsample)")
-    data.add_argument("--seed", type=int, default=0)
+    data.add_argument("--seed", type=int, default=0, help="seed of the per-dataset subsample")
     data.add_argument("--protocol", default="search-r1", help="prompt written into the parquet rows")
     data.add_argument("--output", required=True, help="folder for test.jsonl and test.parquet")
     data.set_defaults(handler=_run_eval_data)

@@ -16,10 +16,12 @@ import asyncio
 import json
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 from typing import Protocol as TypingProtocol
+
+from searchenv.evaluation.progress import TokenCounter
 
 __all__ = [
     "Context",
@@ -30,6 +32,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "VLLMPolicy",
+    "local_device",
 ]
 
 
@@ -109,12 +112,22 @@ class LocalPolicy:
 
     Built from a checkpoint directory or a packaged alias (``smollm2-135m``) with :meth:`load`, or from a model
     already in memory (tests share one). ``chat_template`` as in :func:`searchenv.tokenization.encode_prompt`.
+    ``on_tokens(n)``, when set, hears every decoding step's new tokens while a turn runs (the progress display).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, sampling: EvalSampling, chat_template: bool | None, name: str):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        sampling: EvalSampling,
+        chat_template: bool | None,
+        name: str,
+        on_tokens: Callable[[int], None] | None = None,
+    ):
         from searchenv.adapters.rollout.generation import HFGenerator, SamplingConfig
 
         self.name = name
+        self.on_tokens = on_tokens
         self.tokenizer = tokenizer
         self.sampling = sampling
         self.chat_template = chat_template
@@ -129,15 +142,19 @@ class LocalPolicy:
 
     @classmethod
     def load(
-        cls, model: str, sampling: EvalSampling, chat_template: bool | None, name: str | None = None, device: str = ""
+        cls,
+        model: str,
+        sampling: EvalSampling,
+        chat_template: bool | None,
+        name: str | None = None,
+        device: str = "",
+        on_tokens: Callable[[int], None] | None = None,
     ) -> LocalPolicy:
-        import torch
-
         from searchenv.adapters.rollout.generation import load_policy
 
         lm, tokenizer = load_policy(model)
-        lm.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        return cls(lm, tokenizer, sampling, chat_template, name or model)
+        lm.to(device or local_device())
+        return cls(lm, tokenizer, sampling, chat_template, name or model, on_tokens)
 
     def generate(self, contexts: Sequence[Context], stop: Sequence[str]) -> list[Generation]:
         import torch
@@ -148,12 +165,20 @@ class LocalPolicy:
         out = [Generation("", 0, "context_full")] * len(contexts)
         rows = [r for r, cap in enumerate(caps) if cap > 0]
         if rows:
-            turns = self._generator.generate([ids[r] for r in rows], list(stop), [caps[r] for r in rows])
+            counter = TokenCounter(self.tokenizer.pad_token_id, self.on_tokens) if self.on_tokens else None
+            turns = self._generator.generate([ids[r] for r in rows], list(stop), [caps[r] for r in rows], counter)
             for r, turn in zip(rows, turns):
                 text = self.tokenizer.decode(turn.token_ids, skip_special_tokens=True)
                 hit_cap = len(turn.token_ids) >= caps[r] and not any(s in text for s in stop)
                 out[r] = Generation(text, len(turn.token_ids), "length" if hit_cap else "stop")
         return out
+
+
+def local_device() -> str:
+    """Where a local policy runs unless ``--device`` says otherwise: the GPU when there is one."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _model_window(model: Any) -> int:

@@ -24,6 +24,7 @@ from typing import Any
 from searchenv.episode.health import HEALTH_METRICS
 from searchenv.evaluation.baselines import forced_first_action, method_budget, method_protocol
 from searchenv.evaluation.policies import Context, Policy
+from searchenv.evaluation.progress import EvalProgress
 from searchenv.evaluation.report import search_failed
 from searchenv.protocol import get_protocol
 from searchenv.reward_specs.metrics import answer_in_passages, answer_scores
@@ -214,7 +215,9 @@ def _make_envs(cell: Cell, retriever: Retriever, n: int) -> list[Any]:
     return [first, *(first.sibling() for _ in range(n - 1))]
 
 
-def _play_batch(envs: Sequence[Any], policy: Policy, cell: Cell, indices: Sequence[int]) -> list[tuple[str, int]]:
+def _play_batch(
+    envs: Sequence[Any], policy: Policy, cell: Cell, indices: Sequence[int], progress: EvalProgress | None = None
+) -> list[tuple[str, int]]:
     """Play one episode per environment (``indices`` into the cell's examples); returns (prompt, model tokens)."""
     import searchenv
 
@@ -228,6 +231,8 @@ def _play_batch(envs: Sequence[Any], policy: Policy, cell: Cell, indices: Sequen
     while active:
         contexts = [Context(prompts[j], envs[j].episode.response_text, protocol.tools_json) for j in active]
         generations = policy.generate(contexts, protocol.stop_strings)
+        if progress is not None:
+            progress.turn_done([g.num_tokens for g in generations])
         stepping = []
         for j, generation in zip(active, generations):
             tokens[j] += generation.num_tokens
@@ -249,7 +254,7 @@ def run_cell(
     *,
     batch_size: int = 8,
     judge: Callable[[list[dict[str, Any]]], None] | None = None,
-    progress: Any = None,
+    progress: EvalProgress | None = None,
 ) -> int:
     """Play the cell's unfinished episodes, appending each finished batch to ``store``; returns how many ran."""
     todo = [
@@ -262,7 +267,7 @@ def run_cell(
     envs = _make_envs(cell, retriever, min(batch_size, len(todo)))
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
-        played = _play_batch(envs[: len(batch)], policy, cell, batch)
+        played = _play_batch(envs[: len(batch)], policy, cell, batch, progress)
         records = [
             episode_record(cell, cell.examples[i][0], env, prompt, n_tokens)
             for i, env, (prompt, n_tokens) in zip(batch, envs, played)
@@ -271,5 +276,5 @@ def run_cell(
             judge(records)
         store.append(records)
         if progress is not None:
-            progress.update(len(batch))
+            progress.episodes_done(len(batch))
     return len(todo)

@@ -20,9 +20,10 @@ from typing import Any
 
 from searchenv.cli.arguments import key_value
 from searchenv.evaluation.baselines import METHODS
-from searchenv.evaluation.checkpoint import REPLAYED, read_run_settings, replay_settings
+from searchenv.evaluation.checkpoint import REPLAYED, TOKEN_BUDGET, read_run_settings, replay_settings
 from searchenv.evaluation.evalset import eval_split, subsample
 from searchenv.evaluation.policies import EndpointPolicy, EvalSampling, LocalPolicy, Policy, VLLMPolicy
+from searchenv.evaluation.progress import EvalProgress
 from searchenv.evaluation.report import (
     markdown_report,
     plot_health,
@@ -34,9 +35,10 @@ from searchenv.evaluation.report import (
 from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, run_cell
 from searchenv.types import QAExample
 
-__all__ = ["DEFAULTS", "ModelSpec", "add_eval_arguments", "retriever_options", "run_eval"]
+__all__ = ["CPU_DEFAULTS", "DEFAULTS", "ModelSpec", "add_eval_arguments", "retriever_options", "run_eval"]
 
-#: Episode settings used when neither the user nor the checkpoint's searchenv_run.json gives one.
+#: Episode settings used when neither the user nor the checkpoint's searchenv_run.json gives one (Search-R1's
+#: evaluation, sized for a GPU).
 DEFAULTS: dict[str, Any] = {
     "protocol": "search-r1",
     "chat_template": None,
@@ -47,6 +49,14 @@ DEFAULTS: dict[str, Any] = {
     "max_new_tokens": 500,
     "max_total_tokens": 4096,
 }
+#: What changes when a local model runs on a CPU (no GPU, or ``--device cpu``): the token budget and the number of
+#: questions. Generation is the whole cost, and an untrained small model often writes no closing tag, so a turn
+#: runs to ``max_new_tokens``: with 500 x 4 turns one question of SmolLM2-135M had not finished after 15 min on
+#: the shared 2-core development box (its first turn alone took 313 s); with 128 (the demo's turn length) the same
+#: question finished in 10.6 min there under a load of ~20, 286 tokens in all (docs/evaluation.md). 20 questions
+#: per dataset instead of every one. A checkpoint's own token budget (searchenv_run.json) still wins, and every
+#: value given on the command line.
+CPU_DEFAULTS: dict[str, Any] = {"max_new_tokens": 128, "max_total_tokens": 2048, "limit": 20}
 _TRI = {"auto": None, "on": True, "off": False}
 
 
@@ -70,6 +80,24 @@ class ModelSpec:
 
 def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _limit(text: str) -> int | str:
+    """``--limit``: a positive number of questions per dataset, or ``all``."""
+    if text == "all":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'all', got {text!r}")
+    return value
+
+
+def _device_note(name: str) -> str:
+    gpu, cpu = DEFAULTS.get(name, "all"), CPU_DEFAULTS[name]
+    return f"{gpu} on a GPU, {cpu} on CPU"
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,7 +133,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         "be)",
     )
     data.add_argument("--reward", default="em", help="reward spec of the 'reward' column (default: em)")
-    data.add_argument("--limit", type=int, default=None, help="questions per dataset (seeded subsample)")
+    data.add_argument(
+        "--limit",
+        type=_limit,
+        default=None,
+        help=f"questions per dataset, a seeded subsample, or 'all' (default: {_device_note('limit')})",
+    )
     data.add_argument("--seed", type=int, default=0, help="seed of the subsample and of sampling (default: 0)")
     episode = parser.add_argument_group("episode (default: the checkpoint's searchenv_run.json, else as shown)")
     episode.add_argument("--protocol", default=None, help=f"default {DEFAULTS['protocol']}")
@@ -116,28 +149,45 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     episode.add_argument("--max-information-words", type=int, default=None, help="default 400")
     gen = parser.add_argument_group("generation")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default, as the papers evaluate)")
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--max-new-tokens", type=int, default=None, help="per turn (default: the checkpoint's, else 500)")
+    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (1 = off)")
     gen.add_argument(
-        "--max-total-tokens", type=int, default=None, help="prompt + response (default: the checkpoint's, else 4096)"
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"tokens per turn (default: the checkpoint's, else {_device_note('max_new_tokens')})",
     )
-    gen.add_argument("--batch-size", type=int, default=8, help="episodes played together (default 8)")
-    gen.add_argument("--device", default="", help="local policy device (default: cuda when available)")
+    gen.add_argument(
+        "--max-total-tokens",
+        type=int,
+        default=None,
+        help=f"prompt + response (default: the checkpoint's, else {_device_note('max_total_tokens')})",
+    )
+    gen.add_argument("--batch-size", type=int, default=8, help="episodes played together")
+    gen.add_argument(
+        "--device",
+        default="",
+        help="local policy device (default: cuda when available, else cpu, which selects the CPU defaults)",
+    )
     gen.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     end = parser.add_argument_group("endpoint policy and LLM judge (OpenAI-compatible servers)")
     end.add_argument("--endpoint", default=None, help="base URL, e.g. http://127.0.0.1:8000")
     end.add_argument("--endpoint-model", default=None, help="model name to request (default: the --model value)")
-    end.add_argument("--endpoint-mode", choices=["completions", "chat"], default="completions")
+    end.add_argument(
+        "--endpoint-mode",
+        choices=["completions", "chat"],
+        default="completions",
+        help="completions: the conversation as one text (as in training); chat: /v1/chat/completions messages",
+    )
     end.add_argument("--endpoint-extra", default=None, help="JSON object merged into every request body")
     end.add_argument("--tokenizer", default=None, help="local tokenizer dir, to apply the chat template client-side")
-    end.add_argument("--concurrency", type=int, default=8)
-    end.add_argument("--retries", type=int, default=4)
+    end.add_argument("--concurrency", type=int, default=8, help="requests in flight at once")
+    end.add_argument("--retries", type=int, default=4, help="retries of a failed request (timeouts, 429, 5xx)")
     end.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
     end.add_argument("--judge-url", default=None, help="enable LLM-as-judge accuracy (ACC_L) with this endpoint")
-    end.add_argument("--judge-model", default=None)
+    end.add_argument("--judge-model", default=None, help="model name the judge server serves (with --judge-url)")
     out = parser.add_argument_group("output")
     out.add_argument("--output", default="runs/eval", help="folder for transcripts.jsonl, report.md, metrics.csv/png")
-    out.add_argument("--no-plot", action="store_true")
+    out.add_argument("--no-plot", action="store_true", help="skip metrics.png (no matplotlib needed)")
     out.add_argument(
         "--max-failed-share",
         type=float,
@@ -159,7 +209,7 @@ def _methods(args: argparse.Namespace) -> list[str]:
     return methods
 
 
-def _datasets(args: argparse.Namespace) -> dict[str, list[tuple[str, QAExample]]]:
+def _datasets(args: argparse.Namespace, limit: int | None) -> dict[str, list[tuple[str, QAExample]]]:
     from searchenv.data.datasets import HUB_DATASETS, load_dataset
 
     out: dict[str, list[tuple[str, QAExample]]] = {}
@@ -169,7 +219,7 @@ def _datasets(args: argparse.Namespace) -> dict[str, list[tuple[str, QAExample]]
         label = name if name in HUB_DATASETS or name == "world" else Path(name).stem
         ids = [e.id for e in examples]
         unique = len(set(ids)) == len(ids)
-        chosen = subsample(len(examples), args.limit, args.seed)
+        chosen = subsample(len(examples), limit, args.seed)
         out[label] = [(examples[i].id if unique else f"#{i}", examples[i]) for i in chosen]
     if not out:
         raise ValueError("--datasets is empty")
@@ -217,27 +267,54 @@ def _build_retrievers(args: argparse.Namespace, options: dict[str, dict[str, Any
     return built
 
 
-def _settings(args: argparse.Namespace, model: ModelSpec) -> tuple[dict[str, Any], list[str], str | None]:
+def _device_defaults(args: argparse.Namespace) -> tuple[dict[str, Any], int | None]:
+    """The episode defaults and the questions per dataset (``None``: all) for where the model runs.
+
+    A local model on a CPU gets :data:`CPU_DEFAULTS` for what the command line leaves unset, and is told so;
+    a GPU, vLLM or an endpoint keeps :data:`DEFAULTS` (the papers' evaluation) and every question.
+    """
+    from searchenv.evaluation.policies import local_device
+
+    on_cpu = args.policy == "local" and (args.device or local_device()).startswith("cpu")
+    if not on_cpu:
+        return dict(DEFAULTS), None if args.limit in (None, "all") else args.limit
+    unset = {k: v for k, v in CPU_DEFAULTS.items() if getattr(args, k) is None}
+    if unset:
+        given = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in unset.items())
+        print(
+            f"searchenv eval: the model runs on CPU, so the CPU defaults apply: {given} (a checkpoint's own token "
+            "budget still wins; give an option to change it, e.g. --limit all)",
+            file=sys.stderr,
+        )
+    limit = args.limit if args.limit is not None else CPU_DEFAULTS["limit"]
+    return {**DEFAULTS, **{k: v for k, v in CPU_DEFAULTS.items() if k in DEFAULTS}}, None if limit == "all" else limit
+
+
+def _settings(
+    args: argparse.Namespace, model: ModelSpec, defaults: dict[str, Any]
+) -> tuple[dict[str, Any], list[str], str | None]:
     trained = read_run_settings(model.path) if args.policy != "endpoint" else {}
     requested = {key: getattr(args, key) for key in REPLAYED}
-    settings, mismatches = replay_settings(trained, requested, DEFAULTS)
+    settings, mismatches = replay_settings(trained, requested, defaults)
     settings["chat_template"] = _TRI.get(settings["chat_template"], settings["chat_template"])
     settings["reward"] = args.reward
     settings.update(temperature=args.temperature, top_p=args.top_p)
     return settings, [str(m) for m in mismatches], trained.get("retriever")
 
 
-def _sampling(args: argparse.Namespace, settings: dict[str, Any] | None = None) -> EvalSampling:
-    """Decoding settings: the token budget of a model's replayed ``settings``, else the command line's or defaults."""
-    given = {k: getattr(args, k) for k in ("max_new_tokens", "max_total_tokens")}
-    budget = settings or {k: DEFAULTS[k] if v is None else v for k, v in given.items()}
+def _sampling(args: argparse.Namespace, settings: dict[str, Any]) -> EvalSampling:
+    """Decoding settings: the token budget of ``settings`` (a model's replayed ones, or the run's defaults) unless
+    the command line gives one."""
+    budget = {k: settings[k] if getattr(args, k) is None else getattr(args, k) for k in TOKEN_BUDGET}
     return EvalSampling(args.temperature, args.top_p, budget["max_new_tokens"], budget["max_total_tokens"], args.seed)
 
 
-def _policy(args: argparse.Namespace, model: ModelSpec, settings: dict[str, Any]) -> Policy:
+def _policy(args: argparse.Namespace, model: ModelSpec, settings: dict[str, Any], progress: EvalProgress) -> Policy:
     sampling, chat_template = _sampling(args, settings), settings["chat_template"]
     if args.policy == "local":
-        return LocalPolicy.load(model.path, sampling, chat_template, name=model.label, device=args.device)
+        return LocalPolicy.load(
+            model.path, sampling, chat_template, model.label, args.device, on_tokens=progress.tokens_streamed
+        )
     if args.policy == "vllm":
         return VLLMPolicy(model.path, sampling, chat_template, name=model.label)
     return _endpoint(args, model, sampling, chat_template)
@@ -293,10 +370,11 @@ def run_eval(args: argparse.Namespace) -> int:
     flags = [(key, value) for key in ("engine", "encoder") if (value := getattr(args, key)) is not None]
     engine_options = retriever_options(retriever_names, [*flags, *args.retriever_option])
     load_reward(args.reward)
-    if args.limit is not None and args.limit < 1 or args.batch_size < 1:
-        raise ValueError("--limit and --batch-size must be positive")
-    datasets = _datasets(args)
-    sampling = _sampling(args)  # validates temperature / lengths
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
+    defaults, limit = _device_defaults(args)
+    datasets = _datasets(args, limit)
+    sampling = _sampling(args, defaults)  # validates temperature / lengths
     if args.policy == "endpoint":
         for model in models:
             _endpoint(args, model, sampling, False).check()
@@ -310,13 +388,11 @@ def run_eval(args: argparse.Namespace) -> int:
 
             torch.set_num_threads(args.threads)
         total = len(models) * len(retriever_names) * len(methods) * sum(len(v) for v in datasets.values())
-        from tqdm.auto import tqdm
-
-        progress = tqdm(total=total, unit="episode", desc="eval", dynamic_ncols=True)
+        progress = EvalProgress(total)
         previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` and job schedulers stop as cleanly as Ctrl-C
         try:
             for model in models:
-                _run_model(args, model, methods, datasets, retrievers, store, judge, progress)
+                _run_model(args, model, defaults, methods, datasets, retrievers, store, judge, progress)
         except KeyboardInterrupt:
             progress.close()
             print(
@@ -354,15 +430,16 @@ def _failure_status(store: TranscriptStore, max_share: float) -> int:
 def _run_model(
     args: argparse.Namespace,
     model: ModelSpec,
+    defaults: dict[str, Any],
     methods: list[str],
     datasets: dict[str, list[tuple[str, QAExample]]],
     retrievers: dict[str, Any],
     store: TranscriptStore,
     judge: Any,
-    progress: Any,
+    progress: EvalProgress,
 ) -> None:
     """Every (retriever, dataset, method) cell of one model; the model loads only if some episode is left."""
-    settings, mismatches, trained_on = _settings(args, model)
+    settings, mismatches, trained_on = _settings(args, model, defaults)
     for m in mismatches:
         print(f"warning: {model.label}: {m} (asked for; the checkpoint's own setting differs)", file=sys.stderr)
     policy = None
@@ -371,10 +448,10 @@ def _run_model(
             for method in methods:
                 key = (model.label, method, retriever, label)
                 pending = [e for e in examples if not store.done((*key, e[0]), settings)]
-                progress.update(len(examples) - len(pending))
+                progress.episodes_done(len(examples) - len(pending))
                 if not pending:
                     continue
-                policy = policy or _policy(args, model, settings)
+                policy = policy or _policy(args, model, settings, progress)
                 cell = Cell(model.label, method, retriever, label, examples, settings, trained_on, mismatches)
                 run_cell(cell, policy, engine, store, batch_size=args.batch_size, judge=judge, progress=progress)
 
