@@ -100,3 +100,28 @@ def test_short_pages_stay_whole_and_a_failed_note_is_that_pages_error(
     error = notes.summarise(Document("http://x/long", "Long", "word " * 400), "q")
     assert isinstance(error, PageError) and error.kind == "summary_failed"
     assert KEY not in error.detail and "<key>" in error.detail
+
+
+def test_an_episode_opening_a_page_gets_the_note_on_its_own_question(
+    chat: ChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gymnasium as gym
+
+    from searchenv.types import QAExample
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    url = f"http://127.0.0.1:{chat.server_address[1]}/v1"
+    question = "Who built Orvenna Castle?"
+    with LocalWeb(long_article("Orvenna Castle")) as web:
+        options = {"url": web.searxng_url, "pages": {"host_interval": 0}, "summariser": {"url": url, "model": "m"}}
+        env = gym.make(
+            "SearchQA-v0",
+            dataset=[QAExample("q1", question, ("Ada",))],
+            retriever="searxng",
+            retriever_options=options,
+            protocol="asearcher",
+        )
+        env.reset(seed=0)
+        env.step("<search> Orvenna Castle </search>")
+        observation, _, _, _, info = env.step("<access> 1 </access>")
+    assert "open_error" not in info and f"note on {question}" in observation

@@ -199,6 +199,11 @@ class WebSearchRetriever:
             results[i] = passages[:k]
         return results
 
+    @property
+    def wants_questions(self) -> bool:
+        """With a summariser, the environment hands each opening episode's question to :meth:`open_documents`."""
+        return self.summariser is not None
+
     def open_documents(
         self, refs: Sequence[str], questions: Sequence[str] | None = None
     ) -> list[Document | BaseException]:

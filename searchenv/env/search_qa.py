@@ -319,7 +319,7 @@ class SearchQAEnv(gym.Env[str, str]):
             golds = [episode.example.golden_answers]
             (found,) = run_search(self.retriever, [plan.query], self.topk, raises, golds)
         elif plan.open_ref is not None:
-            (found,) = run_open(self.opener, [plan.open_ref], raises)
+            (found,) = run_open(self.opener, [plan.open_ref], raises, [episode.example.question])
         return self.apply_step(step_outcome(self, episode, plan, found))
 
     async def step_async(self, action: str) -> StepResult:
@@ -340,7 +340,7 @@ class SearchQAEnv(gym.Env[str, str]):
             golds = episode.example.golden_answers
             found = await self.search_merger.search(self.retriever, plan.query, self.topk, golds, raises)
         elif plan.open_ref is not None:
-            (found,) = await arun_open(self.opener, [plan.open_ref], raises)
+            (found,) = await arun_open(self.opener, [plan.open_ref], raises, [episode.example.question])
         if plan.query is not None or plan.open_ref is not None:
             if self._episode is not episode or len(episode.turns) != turns:
                 raise RuntimeError(

@@ -44,6 +44,7 @@ __all__ = [
     "clip_words",
     "plan_step",
     "resolve_ref",
+    "open_options",
     "run_open",
     "SERVICE_DOWN_KINDS",
     "arun_search",
@@ -306,46 +307,62 @@ def _wrong_part(passages: object) -> str | None:
     return None
 
 
-def run_open(opener: DocumentOpener | None, refs: Sequence[str], raise_errors: bool) -> list[Found]:
+def open_options(opener: DocumentOpener, questions: Sequence[str]) -> dict[str, Any]:
+    """Keyword arguments of one ``open_documents`` call: the opening episodes' questions for an opener that sets
+    ``wants_questions`` (a web retriever with a summariser writes each page's note for its question), nothing for
+    any other."""
+    return {"questions": list(questions)} if getattr(opener, "wants_questions", False) else {}
+
+
+def run_open(
+    opener: DocumentOpener | None, refs: Sequence[str], raise_errors: bool, questions: Sequence[str] = ()
+) -> list[Found]:
     """``open_documents`` for ``refs`` in one call, read by :func:`read_open`: per reference, its document or the
-    message of its failure. A call that raises is opened again in halves, as a search is (:func:`isolates`)."""
-    outcome = _open_call(opener, refs)
+    message of its failure. A call that raises is opened again in halves, as a search is (:func:`isolates`);
+    ``questions`` are the opening episodes' questions, handed only to openers that ask."""
+    outcome = _open_call(opener, refs, questions)
     if opener is not None and isolates(outcome, len(refs), raise_errors):
         half = len(refs) // 2
-        return run_open(opener, refs[:half], False) + run_open(opener, refs[half:], False)
+        return run_open(opener, refs[:half], False, questions[:half]) + run_open(
+            opener, refs[half:], False, questions[half:]
+        )
     return read_open(outcome, refs, opener, raise_errors)
 
 
-async def arun_open(opener: DocumentOpener | None, refs: Sequence[str], raise_errors: bool) -> list[Found]:
+async def arun_open(
+    opener: DocumentOpener | None, refs: Sequence[str], raise_errors: bool, questions: Sequence[str] = ()
+) -> list[Found]:
     """:func:`run_open` for event loops: ``aopen_documents`` is awaited where the opener has one, any other
     opener's ``open_documents`` runs in a worker thread."""
     if opener is None:
         return run_open(opener, refs, raise_errors)
+    options = open_options(opener, questions)
     aopen = getattr(opener, "aopen_documents", None)
     try:
         if aopen is not None:
-            outcome: object = await aopen(list(refs))
+            outcome: object = await aopen(list(refs), **options)
         else:
-            outcome = await asyncio.to_thread(opener.open_documents, list(refs))
+            outcome = await asyncio.to_thread(opener.open_documents, list(refs), **options)
     except Exception as exc:  # noqa: BLE001 - as in _call
         outcome = exc
     if isolates(outcome, len(refs), raise_errors):
         half = len(refs) // 2
         first, second = await asyncio.gather(
-            arun_open(opener, refs[:half], False), arun_open(opener, refs[half:], False)
+            arun_open(opener, refs[:half], False, questions[:half]),
+            arun_open(opener, refs[half:], False, questions[half:]),
         )
         return first + second
     return read_open(outcome, refs, opener, raise_errors)
 
 
-def _open_call(opener: DocumentOpener | None, refs: Sequence[str]) -> object:
+def _open_call(opener: DocumentOpener | None, refs: Sequence[str], questions: Sequence[str] = ()) -> object:
     if opener is None:
         return LookupError(
             "this environment cannot open documents: its retriever has no open_documents and no corpus to open "
             "passages from (pass corpus=... or use a retriever that opens pages)"
         )
     try:
-        return opener.open_documents(list(refs))
+        return opener.open_documents(list(refs), **open_options(opener, questions))
     except Exception as exc:  # noqa: BLE001 - as in _call
         return exc
 

@@ -50,7 +50,8 @@ def step_batch(envs: Sequence[Any], actions: Sequence[str]) -> list[StepResult]:
         found.update(zip(group, run_search(env.retriever, queries, env.topk, _raises(unwrapped, group), golds)))
     for group in _open_groups(unwrapped, plans):
         refs = [plans[i].open_ref for i in group]
-        found.update(zip(group, run_open(unwrapped[group[0]].opener, refs, _raises(unwrapped, group))))
+        questions = [unwrapped[i].episode.example.question for i in group]
+        found.update(zip(group, run_open(unwrapped[group[0]].opener, refs, _raises(unwrapped, group), questions)))
     return _apply_all(unwrapped, plans, found)
 
 
@@ -69,7 +70,8 @@ async def step_batch_async(envs: Sequence[Any], actions: Sequence[str]) -> list[
 
     def open_refs(group: list[int]) -> Coroutine[Any, Any, list[Found]]:
         refs = [plans[i].open_ref for i in group]
-        return arun_open(unwrapped[group[0]].opener, refs, _raises(unwrapped, group))  # type: ignore[arg-type]
+        questions = [unwrapped[i].episode.example.question for i in group]
+        return arun_open(unwrapped[group[0]].opener, refs, _raises(unwrapped, group), questions)  # type: ignore[arg-type]
 
     opens = _open_groups(unwrapped, plans)
     # every search ends before an error of one is raised, so none runs on unwatched after the step returns
