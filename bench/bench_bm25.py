@@ -8,17 +8,20 @@ Rows: ``pyserini`` is the peer exactly as its users call it — ``LuceneSearcher
 k=3, threads=2)`` and ``LuceneSearcher.search(q, k=3)`` — over an index built by Anserini's ``IndexCollection``
 (what ``python -m pyserini.index.lucene`` runs); ``lucene`` is searchenv's wrapper over the same Java classes;
 ``native`` is searchenv's own engine; ``bm25s`` and ``rank-bm25`` the Python libraries. Each runs in a child
-process of its own (so its peak RSS is its own) and reports: build time, index size on disk, reload time, peak
-RSS, batched QPS (one call with all queries), single-query QPS (one call per query) and tie-tolerant top-3
-agreement with Lucene (:func:`searchenv.retrievers.bm25.retriever.tie_tolerant_agreement`; Lucene's top-1000 is the
-reference). The QPS columns do the same work for every row: pyserini returns docids, our engines positions
-(``BM25Retriever``'s engine call); the last column adds what ``BM25Retriever.search`` also does, reading each
-hit's text from the corpus and building its ``Passage``. Every engine is warmed by full passes over the query
-set until a pass stops getting faster (at least ``--warm``; ``bench/warmup.py``: the JVM's JIT keeps compiling
-for tens of passes on a small corpus, numba compiles on the first) and then timed over ``--repeats`` full
-passes; the table gives the median and the range. Slow engines are timed on a prefix of the queries sized to
-fit ``--budget`` and the table says so; rank-bm25 is built on a 20,000-passage subsample above that size and its
-QPS scaled by subsample/N.
+process of its own and reports: build time, the build's peak memory summed over every process of the build
+(the native build analyses in worker processes; the parent samples the child's whole process tree with psutil),
+index size on disk, reload time, the search process's peak RSS, QPS at each of ``--batch-sizes`` (the 1,000
+questions cut into calls of that many; batch 1 is pyserini's ``search(q, k)``, larger ones its
+``batch_search``) and per-query top-3 agreement with Lucene, exact and tie-tolerant
+(:func:`searchenv.retrievers.bm25.retriever.per_query_agreement`; Lucene's top-1000 is the reference). The QPS
+columns do the same work for every row: pyserini returns docids, our engines positions (``BM25Retriever``'s
+engine call); the last column adds what ``BM25Retriever.search`` also does at the largest batch size, reading
+each hit's text from the corpus and building its ``Passage``. Every engine is warmed at every batch size by full
+passes over the query set until a pass stops getting faster (at least ``--warm``, at most ``--warm-seconds``;
+``bench/warmup.py``: the JVM's JIT keeps compiling for tens of passes on a small corpus, numba compiles on the
+first) and then timed over ``--repeats`` full passes; the table gives the median and the range. Slow engines
+are timed on a prefix of the queries sized to fit ``--budget`` and the table says so; rank-bm25 is built on a
+20,000-passage subsample above that size and its QPS scaled by subsample/N.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -63,7 +67,7 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def _timed(search, queries: list[str], budget_s: float, warm: int, repeats: int):
+def _timed(search, queries: list[str], budget_s: float, warm: int, repeats: int, warm_s: float = 180.0):
     """Warm ``search`` by full passes until it stops getting faster (at least ``warm``; see bench/warmup.py), then
     time ``repeats`` passes over the largest prefix of ``queries`` a budget allows; return (count, warm-up passes,
     [seconds per pass], results of the last pass)."""
@@ -74,7 +78,10 @@ def _timed(search, queries: list[str], budget_s: float, warm: int, repeats: int)
     per_query = (time.perf_counter() - start) / len(probe)
     count = len(queries) if per_query * len(queries) <= budget_s else max(len(probe), int(budget_s / per_query))
     timed = queries[:count]
-    passes = warm_until_steady(lambda: search(timed), min_passes=warm) if count == len(queries) else 0
+    if count == len(queries):
+        passes = warm_until_steady(lambda: search(timed), min_passes=warm, max_seconds=warm_s)
+    else:
+        passes = 0
     seconds = []
     for _ in range(repeats if count == len(queries) else 1):
         start = time.perf_counter()
@@ -100,6 +107,8 @@ class _Pyserini:
         self.threads = threads
 
     def batch(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
+        if len(queries) == 1:  # one query: the call pyserini's users make for one
+            return [self.single(queries[0], k)]
         qids = [str(i) for i in range(len(queries))]
         found = self.searcher.batch_search(queries, qids, k=k, threads=self.threads)
         return [[(int(h.docid), h.score) for h in found.get(qid, [])] for qid in qids]
@@ -124,6 +133,7 @@ def child(args: argparse.Namespace) -> None:
             corpus.texts[:RANK_BM25_SUBSAMPLE],
             source=f"{corpus.source}[:{RANK_BM25_SUBSAMPLE}]",
         )
+    scale = len(corpus) / full_size
     corpus.checksum  # noqa: B018 - hashing the corpus is not part of any engine's build time
     rss_corpus = _peak_rss_mb()
     index_dir = Path(args.workdir) / f"index-{args.engine}"
@@ -133,24 +143,33 @@ def child(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     BM25Retriever(corpus, **options)  # pyserini: Anserini's IndexCollection, as pyserini.index.lucene runs it
     build_s = time.perf_counter() - start
+    Path(args.workdir, f"built-{args.engine}").touch()  # the parent's memory sampler: the build is over
     start = time.perf_counter()
     if args.engine == "pyserini":
         peer = _Pyserini(index_dir / "lucene", args.threads)
-        batch_search = lambda qs: [[d for d, _ in hits] for hits in peer.batch(qs, DEPTH)]  # noqa: E731
-        single_search = lambda qs: [peer.single(q, DEPTH) for q in qs]  # noqa: E731
+        one_call = lambda qs: [[d for d, _ in hits] for hits in peer.batch(qs, DEPTH)]  # noqa: E731
     else:  # positions straight from the engine: the same work as pyserini's docids
         retriever = BM25Retriever(corpus, **options)
         engine_search = retriever._engine.search
-        batch_search = lambda qs: [positions.tolist() for positions, _ in engine_search(qs, DEPTH)]  # noqa: E731
-        single_search = lambda qs: [engine_search([q], DEPTH) for q in qs]  # noqa: E731
+        one_call = lambda qs: [positions.tolist() for positions, _ in engine_search(qs, DEPTH)]  # noqa: E731
     load_s = time.perf_counter() - start
-    n_batch, warm_batch, batch_s, top = _timed(batch_search, queries, args.budget, args.warm, args.repeats)
-    n_single, warm_single, single_s, _ = _timed(single_search, queries, args.budget / 2, args.warm, args.repeats)
+
+    def in_calls_of(size: int, call):
+        return lambda qs: [hits for at in range(0, len(qs), size) for hits in call(qs[at : at + size])]
+
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    counts, qps, warm_passes = {}, {}, {}
+    for size in sizes:
+        n, passes, seconds, top = _timed(
+            in_calls_of(size, one_call), queries, args.budget, args.warm, args.repeats, args.warm_seconds
+        )
+        counts[size], warm_passes[size] = n, passes
+        qps[size] = sorted(n / s * scale for s in seconds)
     passages_qps = None
-    if args.engine != "pyserini" and n_batch == len(queries):  # the public API: Passages, texts read from the corpus
-        _, _, passages_s, _ = _timed(lambda qs: retriever.search(qs, DEPTH), queries, args.budget, 1, args.repeats)
-        passages_qps = sorted(n_batch / s for s in passages_s)
-    scale = len(corpus) / full_size
+    if args.engine != "pyserini" and counts[sizes[-1]] == len(queries):  # the public API: Passages from the corpus
+        search = in_calls_of(sizes[-1], lambda qs: retriever.search(qs, DEPTH))
+        _, _, passages_s, _ = _timed(search, queries, args.budget, 1, args.repeats, args.warm_seconds)
+        passages_qps = sorted(len(queries) / s for s in passages_s)
     record = {
         "engine": args.engine,
         "passages": len(corpus),
@@ -160,11 +179,10 @@ def child(args: argparse.Namespace) -> None:
         "index_mb": _du(index_dir) / 2**20 / scale,
         "rss_corpus_mb": rss_corpus,
         "peak_rss_mb": _peak_rss_mb(),
-        "batch_queries": n_batch,
-        "batch_qps": sorted(n_batch / s * scale for s in batch_s),
-        "single_queries": n_single,
-        "single_qps": sorted(n_single / s * scale for s in single_s),
-        "warm_passes": [warm_batch, warm_single],
+        "batch_sizes": sizes,
+        "queries": counts,
+        "qps": qps,
+        "warm_passes": warm_passes,
         "passages_qps": passages_qps,
         "top": top,
     }
@@ -174,6 +192,44 @@ def child(args: argparse.Namespace) -> None:
         record["deep_scores"] = [scores.tolist() for _, scores in deep]
     shutil.rmtree(index_dir, ignore_errors=True)
     print(json.dumps(record))
+
+
+def _run_sampling_build_memory(command: list[str], built: Path) -> tuple[subprocess.CompletedProcess, float, int]:
+    """Run a child; while its build runs (until it creates ``built``), sample the RSS of its whole process tree
+    every 50 ms. Returns the finished child, the highest sum over the tree (MB) and the most processes seen.
+
+    Summed RSS counts pages that forked workers share with their parent more than once: an upper bound, and the
+    figure a machine's memory must hold in the worst case.
+    """
+    import psutil
+
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak, processes = 0.0, 0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak, processes
+        root = psutil.Process(child.pid)
+        while not stop.is_set() and not built.exists():
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            total = 0
+            for process in tree:
+                try:
+                    total += process.memory_info().rss
+                except psutil.NoSuchProcess:
+                    pass
+            peak, processes = max(peak, total / 2**20), max(processes, len(tree))
+            stop.wait(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stdout, stderr = child.communicate()
+    stop.set()
+    sampler.join()
+    return subprocess.CompletedProcess(command, child.returncode, stdout, stderr), peak, processes
 
 
 def prepare(scale: str, workdir: Path) -> tuple[Path, Path, str]:
@@ -202,6 +258,10 @@ def main() -> None:
         "--warm", type=int, default=3, help="at least this many warm-up passes; more until a pass stops getting faster"
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed full passes (median and range reported)")
+    parser.add_argument(
+        "--warm-seconds", type=float, default=180.0, help="stop warming a loop after this long even if still improving"
+    )
+    parser.add_argument("--batch-sizes", default="1,64,512", help="queries per call, comma-separated")
     parser.add_argument("--budget", type=float, default=30.0, help="seconds allowed per timed search loop")
     parser.add_argument("--json", type=Path, help="also write all figures here")
     parser.add_argument("--child", dest="engine", help=argparse.SUPPRESS)
@@ -212,7 +272,9 @@ def main() -> None:
     if args.engine:
         child(args)
         return
-    from searchenv.retrievers.bm25.retriever import tie_tolerant_agreement
+    from searchenv.retrievers.bm25.retriever import per_query_agreement
+
+    load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
 
     engines = ["lucene", "pyserini"] + [e for e in args.engines.split(",") if e and e not in ("lucene", "pyserini")]
     with tempfile.TemporaryDirectory(prefix="bench-bm25-") as tmp:
@@ -240,56 +302,76 @@ def main() -> None:
                 str(args.warm),
                 "--repeats",
                 str(args.repeats),
+                "--warm-seconds",
+                str(args.warm_seconds),
+                "--batch-sizes",
+                args.batch_sizes,
             ]
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            done, build_mb, build_processes = _run_sampling_build_memory(command, workdir / f"built-{engine}")
             if done.returncode == 0:
                 records[engine] = json.loads(done.stdout.strip().splitlines()[-1])
+                records[engine].update(build_rss_sum_mb=build_mb, build_processes=build_processes)
             elif engine in ("lucene", "pyserini"):
                 sys.exit(f"{engine} failed, nothing to compare with:\n{done.stderr[-3000:]}")
             else:  # e.g. killed for memory: report it and measure the others
                 failed[engine] = f"exit {done.returncode}: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}"
                 print(f"[bench_bm25] {engine} failed ({failed[engine]})", file=sys.stderr, flush=True)
     lucene, peer = records["lucene"], records["pyserini"]
+    sizes = [str(b) for b in args.batch_sizes.split(",")]
     for engine, record in records.items():
-        n = record["batch_queries"]
+        n = min(record["queries"].values())
         record["agreement"] = None
         if record["extrapolated_from"] is None:
-            record["agreement"] = tie_tolerant_agreement(
-                record["top"], lucene["deep_ids"][:n], lucene["deep_scores"][:n], depth=DEPTH
+            exact, tolerant = per_query_agreement(
+                record["top"][:n], lucene["deep_ids"][:n], lucene["deep_scores"][:n], depth=DEPTH
             )
+            record["agreement"] = {"exact": exact, "tie_tolerant": tolerant}
     print(
-        f"\n{args.scale}: {described}; top-{DEPTH}, threads={args.threads}, warm={args.warm}, repeats={args.repeats}\n"
+        f"\n{args.scale}: {described}; top-{DEPTH}, threads={args.threads}, warm={args.warm}, repeats={args.repeats}, "
+        f"load average before/after {load_before} / {' '.join(f'{x:.1f}' for x in os.getloadavg())}\n"
     )
     print(
-        "| engine | build s | index MB | reload s | peak RSS MB (corpus alone) | warm-up passes (batched, single) | "
-        "batched QPS median (range) | × pyserini | single QPS median | × pyserini | top-3 agreement | "
-        "batched QPS with passage texts |"
+        "| engine | build s | build peak RSS MB, all processes (count) | index MB | reload s | search peak RSS MB "
+        "(corpus alone) | "
+        + " | ".join(f"batch {b} q/s median (range) | × pyserini" for b in sizes)
+        + " | top-3 per query, exact / tie-tolerant | "
+        f"batch {sizes[-1]} q/s with passage texts |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---" * (8 + 2 * len(sizes)) + "|")
 
     def median(values: list[float]) -> float:
         return values[len(values) // 2]
 
     for engine, r in records.items():
         note = f" (extrapolated from {r['extrapolated_from']:,})" if r["extrapolated_from"] else ""
-        queries = "" if r["batch_queries"] == NUM_QUERIES else f", {r['batch_queries']} q"
-        agreement = "n/a" if r["agreement"] is None else f"{r['agreement']:.3f}"
-        spread = f"{r['batch_qps'][0]:,.0f}–{r['batch_qps'][-1]:,.0f}" if len(r["batch_qps"]) > 1 else "1 pass"
-        passages = "—" if r["passages_qps"] is None else f"{median(r['passages_qps']):,.1f}"
+        agreement = "n/a" if r["agreement"] is None else "{exact:.3f} / {tie_tolerant:.3f}".format(**r["agreement"])
+        cells = []
+        for b in sizes:
+            values = r["qps"][b]
+            spread = f"{values[0]:,.0f}–{values[-1]:,.0f}" if len(values) > 1 else "1 pass"
+            queries = "" if r["queries"][b] == NUM_QUERIES else f", {r['queries'][b]} q"
+            cells.append(f"{median(values):,.0f} ({spread}{queries}) | {median(values) / median(peer['qps'][b]):.2f}")
+        passages = "—" if r["passages_qps"] is None else f"{median(r['passages_qps']):,.0f}"
         print(
-            f"| {engine}{note} | {r['build_s']:.1f} | {r['index_mb']:.0f} | {r['load_s']:.2f} | "
-            f"{r['peak_rss_mb']:.0f} ({r['rss_corpus_mb']:.0f}) | {r['warm_passes'][0]}, {r['warm_passes'][1]} | "
-            f"{median(r['batch_qps']):,.1f} ({spread}{queries}) | "
-            f"{median(r['batch_qps']) / median(peer['batch_qps']):.2f} | {median(r['single_qps']):,.1f} | "
-            f"{median(r['single_qps']) / median(peer['single_qps']):.2f} | {agreement} | {passages} |"
+            f"| {engine}{note} | {r['build_s']:.1f} | {r['build_rss_sum_mb']:.0f} ({r['build_processes']}) | "
+            f"{r['index_mb']:.1f} | {r['load_s']:.2f} | {r['peak_rss_mb']:.0f} ({r['rss_corpus_mb']:.0f}) | "
+            + " | ".join(cells)
+            + f" | {agreement} | {passages} |"
         )
     for engine, reason in failed.items():
-        print(f"| {engine} | failed: {reason} |||||||||||")
+        print(f"| {engine} | failed: {reason} |" + "|" * (7 + 2 * len(sizes)))
     if args.json:
         slim = {
             e: {k: v for k, v in r.items() if k not in ("top", "deep_ids", "deep_scores")} for e, r in records.items()
         }
-        summary = {"scale": args.scale, "threads": args.threads, "warm": args.warm, "engines": slim, "failed": failed}
+        summary = {
+            "scale": args.scale,
+            "batch_sizes": sizes,
+            "threads": args.threads,
+            "warm": args.warm,
+            "engines": slim,
+            "failed": failed,
+        }
         args.json.write_text(json.dumps(summary, indent=2))
 
 

@@ -551,3 +551,32 @@ def test_disk_corpus_build_reads_the_search_texts(tmp_path, monkeypatch):
     build_native_index(texts, from_texts, 0.9, 0.4, segment_docs=64, show_progress=False)
     names = sorted(p.name for p in from_disk.iterdir())
     assert all((from_disk / n).read_bytes() == (from_texts / n).read_bytes() for n in names) and len(names) > 5
+
+
+@pytest.mark.parametrize("bits", [0, 1, 3, 7, 8, 9, 16, 17, 25, 31, 32])
+def test_postings_unpack_reads_every_width_mid_file_and_at_the_very_end(bits):
+    """Values packed at every width come back, whether the fast reader may look past the run (mid-file) or the
+    run ends the data (the byte-by-byte path)."""
+    from searchenv.retrievers.bm25.native.postings import _pack, _unpack
+
+    rng = np.random.default_rng(bits)
+    values = rng.integers(0, 2**bits, size=128, dtype=np.int64) if bits else np.zeros(128, np.int64)
+    packed = np.zeros(128 * 4 + 8, np.uint8)
+    end = _pack(values, 128, bits, packed, 3)
+    for data in (packed, packed[:end]):  # room after the run / the run ends the data
+        out = np.full(128, -1, np.int64)
+        assert _unpack(data, 3, 128, bits, out) == end
+        np.testing.assert_array_equal(out, values)
+
+
+def test_per_query_agreement_fails_a_query_on_one_wrong_passage_but_lets_ties_swap():
+    from searchenv.retrievers.bm25.retriever import per_query_agreement
+
+    lucene_ids = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]
+    lucene_scores = [[3.0, 2.0, 1.0, 0.5], [3.0, 2.0, 2.0, 1.0], [3.0, 2.0, 1.0, 0.5]]
+    mine = [[1, 2, 3], [5, 7, 6], [9, 10, 12]]  # identical; a tie swapped; a wrong third passage
+    exact, tolerant = per_query_agreement(mine, lucene_ids, lucene_scores)
+    assert (exact, tolerant) == (pytest.approx(1 / 3), pytest.approx(2 / 3))
+    # The slot-level figure of the same hits hides the wrong query (8 of 9 slots).
+    assert tie_tolerant_agreement(mine, lucene_ids, lucene_scores) == pytest.approx(8 / 9)
+    assert per_query_agreement([[1, 2]], [[1, 2, 3]], [[3.0, 2.0, 1.0]]) == (0.0, 0.0)  # a missing passage

@@ -33,8 +33,10 @@ from searchenv.types import split_contents
 
 __all__ = ["DEFAULT_MERGE_POSTINGS", "DEFAULT_SEGMENT_DOCS", "build_native_index", "jsonl_search_texts"]
 
-#: Passages per build segment: with two workers, peak build memory is a few hundred MB per 100,000 passages.
-DEFAULT_SEGMENT_DOCS = 100_000
+#: Passages per build segment. Build memory grows with it (each worker holds a segment's postings, the parent the
+#: segments in flight): summed over the processes of a 2-worker build of 200,000 passages, 1,387 MB in segments of
+#: 100,000 and 820 MB in segments of 25,000 (bench/bench_bm25_build_memory.py; Lucene's one process: ~450 MB).
+DEFAULT_SEGMENT_DOCS = 25_000
 #: Postings merged per step (about 14 bytes each while merging).
 DEFAULT_MERGE_POSTINGS = 16_000_000
 _PARALLEL_MIN_DOCS = 50_000  # below this a worker pool costs more than it saves

@@ -445,8 +445,6 @@ class NativeEngine:
         run_jobs()
         for helper in helpers:
             helper.result()
-        results = []
-        for row_docs, row_scores in zip(out_docs, out_scores, strict=True):
-            found = row_docs >= 0
-            results.append((row_docs[found], row_scores[found]))
-        return results
+        # A row is best-first with its unfilled slots (-1) at the end: slices, counted in one pass for the batch.
+        found = np.count_nonzero(out_docs >= 0, axis=1).tolist()
+        return [(out_docs[i, :n], out_scores[i, :n]) for i, n in enumerate(found)]

@@ -1,0 +1,72 @@
+"""Peak build memory of the native BM25 index, summed over the build's processes, for a few segment sizes.
+
+    python bench/bench_bm25_build_memory.py --corpus CORPUS.jsonl --segment-docs 100000,50000
+
+Each build runs in a child process (a ``DiskCorpus``, 2 worker processes, as ``BM25Retriever`` builds it); the
+parent samples the RSS of the child's whole process tree every 50 ms (``bench_bm25._run_sampling_build_memory``)
+and reports the highest sum, the build time and the index size. Builds alternate between the segment sizes so
+that a change of machine load falls on both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+from bench_bm25 import _du, _run_sampling_build_memory  # noqa: E402 - bench/bench_bm25.py, beside this script
+
+
+def child(corpus_path: str, directory: str, segment_docs: int, workers: int) -> None:
+    from searchenv.corpus import DiskCorpus
+    from searchenv.retrievers.bm25.native.build import build_native_index
+    from searchenv.retrievers.bm25.retriever import PYSERINI_B, PYSERINI_K1
+
+    corpus = DiskCorpus(corpus_path)
+    start = time.perf_counter()
+    build_native_index(
+        corpus, directory, PYSERINI_K1, PYSERINI_B, workers=workers, segment_docs=segment_docs, show_progress=False
+    )
+    print(json.dumps({"build_s": time.perf_counter() - start}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", required=True, help="a corpus jsonl (searchenv world --output writes one)")
+    parser.add_argument("--segment-docs", default="100000,50000", help="comma-separated segment sizes to compare")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.corpus, args.child[0], int(args.child[1]), args.workers)
+        return
+    print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+    print("| segment_docs | build s | peak RSS MB, summed over processes (most processes) | index MB |")
+    print("|---|---|---|---|")
+    with tempfile.TemporaryDirectory(prefix="bench-bm25-mem-") as tmp:
+        for _ in range(args.rounds):
+            for size in (int(s) for s in args.segment_docs.split(",")):
+                target = Path(tmp) / f"index-{size}"
+                shutil.rmtree(target, ignore_errors=True)
+                command = [sys.executable, __file__, "--corpus", args.corpus, "--workers", str(args.workers)]
+                command += ["--child", str(target), str(size)]
+                done, peak, processes = _run_sampling_build_memory(command, Path(tmp) / "never")
+                if done.returncode != 0:
+                    sys.exit(done.stderr[-3000:])
+                build_s = json.loads(done.stdout.strip().splitlines()[-1])["build_s"]
+                print(
+                    f"| {size:,} | {build_s:.1f} | {peak:,.0f} ({processes}) | {_du(target) / 2**20:.1f} |", flush=True
+                )
+    print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
