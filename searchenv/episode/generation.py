@@ -25,8 +25,8 @@ class Generation:
         token_ids: the sampled ids the turn keeps (tokens the engine ran on past the first complete search or
             answer are dropped with the text the environment dropped).
         logprobs: the sampler's log-probability of each kept id, or ``None`` when the generator gave none.
-        policy_version: the weights version that sampled the turn's first token (veRL's ``min_global_steps``,
-            TRL's ``model_version``); ``None`` when the generator does not report versions.
+        policy_version: the weights version that sampled the turn's first token (veRL's ``min_global_steps``; the
+            trainer's step in our own loops); ``None`` when the generator does not report versions.
         last_policy_version: the version that sampled its last token; newer than ``policy_version`` only when a
             weight sync interrupted the turn and newer weights finished it (veRL's ``max_global_steps``). Defaults
             to ``policy_version``.
@@ -50,10 +50,10 @@ class Generation:
             object.__setattr__(self, "last_policy_version", self.policy_version)
         elif self.policy_version is None:
             raise ValueError("Generation got last_policy_version without policy_version; pass both or neither")
-        if self.policy_version is not None and not 0 <= self.policy_version <= int(self.last_policy_version):
+        if self.policy_version is not None and self.policy_version > int(self.last_policy_version):
             raise ValueError(
-                f"Generation policy versions must satisfy 0 <= policy_version <= last_policy_version, got "
-                f"{self.policy_version} and {self.last_policy_version}"
+                "Generation policy versions must satisfy policy_version <= last_policy_version (the first token's "
+                f"weights are never newer than the last one's), got {self.policy_version}, {self.last_policy_version}"
             )
 
     @classmethod
