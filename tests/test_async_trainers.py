@@ -24,7 +24,7 @@ import pytest
 pytest.importorskip("verl.experimental.fully_async_policy")
 
 from omegaconf import OmegaConf
-from test_verl_adapter import AGENT_YAML, launcher_overrides, qwen_model_dir  # noqa: F401 (a fixture)
+from test_verl_adapter import AGENT_YAML, launcher_overrides, qwen_model_dir, run_loop  # noqa: F401 (a fixture)
 from verl.workers.rollout.replica import TokenOutput
 
 from searchenv.adapters.rows import main as rows_main
@@ -211,6 +211,54 @@ def test_episode_interrupted_at_a_weight_sync_is_token_identical(fully_async_set
     # Our agent loop played both (search, information, answer), not veRL's single-turn loop.
     assert list(plain.non_tensor_batch["reward/em"]) == list(resumed.non_tensor_batch["reward/em"]) == [1.0, 1.0]
     assert list(resumed.non_tensor_batch["__num_turns__"]) == [4, 4]
+
+
+def test_resumed_turn_is_recorded_with_both_policy_versions(monkeypatch, qwen_tokenizer):
+    """Our agent loop behind veRL's FullyAsyncLLMServerClient (no worker, no config composition): the turn aborted
+    at the weight sync is recorded once, with the ids of both attempts and versions 3..4; the next turn is 4..4."""
+    from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
+    from verl.workers.rollout.router import GlobalRequestLoadBalancer
+
+    from searchenv.adapters.verl import agent_loop
+    from searchenv.components import load_examples
+
+    example = load_examples("world", "train")[0]
+    row = {
+        "raw_prompt": [{"role": "user", "content": example.question}],
+        "reward_model": {"ground_truth": {"target": list(example.golden_answers)}},
+        "extra_info": {"question": example.question},
+        "data_source": "world",
+    }
+    envs, build = [], agent_loop.episode_env
+
+    def recording_env(*args):
+        env, info = build(*args)
+        envs.append(env)
+        return env, info
+
+    monkeypatch.setattr(agent_loop, "episode_env", recording_env)
+    server = WeightSyncServer(qwen_tokenizer, {example.question: example.golden_answers[0]}, abort_after=2)
+    balancer = InProcessActor(GlobalRequestLoadBalancer(servers={"replica-0": InProcessActor(server)}))
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {"rollout": {"name": "vllm", "response_length": 512}},
+            "async_training": {"partial_rollout": True},
+        }
+    )
+    client = FullyAsyncLLMServerClient(config, load_balancer_handle=balancer)
+    output = run_loop(client, qwen_tokenizer, row, env=ENV)
+
+    [env] = envs
+    search, answer = env.episode.generations
+    assert (search.policy_version, search.last_policy_version) == (3, 4)
+    assert (answer.policy_version, answer.last_policy_version) == (4, 4)
+    assert [c["resumed_from"] for c in server.calls] == [0, 2, 0]
+    assert qwen_tokenizer.decode(list(search.token_ids)) == f"<search>{example.question}</search>"
+    model_ids = [t for t, m in zip(output.response_ids, output.response_mask) if m]
+    assert model_ids == [*search.token_ids, *answer.token_ids]
+    assert output.response_logprobs[: len(search.token_ids)] == list(search.logprobs)
+    assert (output.extra_fields["min_global_steps"], output.extra_fields["max_global_steps"]) == (3, 4)
+    assert output.reward_score == 1.0
 
 
 def test_generation_record_is_checked_and_cut():
