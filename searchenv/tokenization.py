@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from searchenv.episode.episode import Episode
+from searchenv.episode.generation import Generation
 from searchenv.protocol import Protocol, parse_action
 
 __all__ = [
@@ -205,9 +206,18 @@ class EpisodeTokens:
     environment returned; :attr:`context_ids` is what the model continues from.
     """
 
-    def __init__(self, tokenizer: Any, prompt_ids: Sequence[int], protocol: Protocol | None = None):
+    def __init__(
+        self,
+        tokenizer: Any,
+        prompt_ids: Sequence[int],
+        protocol: Protocol | None = None,
+        episode: Episode | None = None,
+    ):
         self.tokenizer = tokenizer
         self.protocol = protocol
+        #: Given, each turn recorded by :meth:`add_action` is also kept as ``episode.generations`` (the ids,
+        #: log-probs and policy versions an asynchronous trainer's off-policy correction reads).
+        self.episode = episode
         self.prompt_ids = list(prompt_ids)
         self.response_ids: list[int] = []
         self.loss_mask: list[int] = []
@@ -224,21 +234,30 @@ class EpisodeTokens:
         self.loss_mask.extend([1] * len(token_ids))
         self.logprobs.extend(float(x) for x in logprobs)
 
-    def add_action(self, token_ids: Sequence[int], logprobs: Sequence[float] | None, protocol: Protocol) -> str:
+    def add_action(
+        self,
+        token_ids: Sequence[int],
+        logprobs: Sequence[float] | None,
+        protocol: Protocol,
+        policy_version: int | None = None,
+        last_policy_version: int | None = None,
+    ) -> str:
         """Record one generated turn and return the action text to hand to the environment.
 
         Tokens the engine generated past the first complete search/answer tag are cut (the environment drops
         that text too); the action is decoded without special tokens, since an end-of-sequence token is not
-        part of what the model said.
+        part of what the model said. An empty ``logprobs`` list for a non-empty turn counts as "not reported".
+        The kept turn, with the policy versions that sampled it, is appended to the episode's
+        ``generations`` when the builder was given the episode.
         """
-        token_ids = list(token_ids)
-        parsed = parse_action(_decode(self.tokenizer, token_ids), protocol)
+        generation = Generation.sampled(token_ids, logprobs, policy_version, last_policy_version)
+        parsed = parse_action(_decode(self.tokenizer, generation.token_ids), protocol)
         if parsed.kind != "invalid" and parsed.dropped:
-            keep = cut_at_action_end(self.tokenizer, token_ids, parsed.kept)
-            token_ids = token_ids[:keep]
-            logprobs = None if logprobs is None else list(logprobs)[:keep]
-        self.add_model(token_ids, logprobs)
-        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+            generation = generation.kept(cut_at_action_end(self.tokenizer, generation.token_ids, parsed.kept))
+        self.add_model(generation.token_ids, generation.logprobs)
+        if self.episode is not None:
+            self.episode.generations.append(generation)
+        return self.tokenizer.decode(list(generation.token_ids), skip_special_tokens=True)
 
     def add_env(self, text: str) -> list[int]:
         """Record text the environment inserted (mask 0) and return its ids.
@@ -298,8 +317,10 @@ def tokenize_episode(
         episode: ``env.unwrapped.episode``.
         tokenizer: a Hugging Face tokenizer (anything with ``__call__``, ``decode``, ``apply_chat_template``).
         model_token_ids: the ids the engine generated, one sequence per model segment; when given they are
-            used as they are, so model tokens are never re-tokenized. Without them the model text is
-            tokenized segment by segment (fine for analysis, not for exact policy-gradient training).
+            used as they are, so model tokens are never re-tokenized. Without them the episode's own record
+            (``episode.generations``, with its log-probs) is used when it covers every model segment; otherwise
+            the model text is tokenized segment by segment (fine for analysis, not for exact policy-gradient
+            training).
         chat_template: see :func:`encode_prompt`.
     """
     model_segments = sum(1 for s in episode.segments if s.author == "model")
@@ -307,6 +328,7 @@ def tokenize_episode(
         raise ValueError(
             f"model_token_ids has {len(model_token_ids)} turns but the episode has {model_segments} model segments"
         )
+    recorded = episode.generations if model_token_ids is None and len(episode.generations) == model_segments else None
     tools = None
     if episode.protocol.tools_json:
         from searchenv.protocol.tool_calls import tools_of
@@ -319,7 +341,10 @@ def tokenize_episode(
         if segment.author == "env":
             builder.add_env(segment.text)
             continue
-        ids = model_token_ids[turn] if model_token_ids is not None else _encode_text(tokenizer, segment.text)
-        builder.add_model(ids)
+        if recorded is not None:
+            builder.add_model(recorded[turn].token_ids, recorded[turn].logprobs)
+        else:
+            ids = model_token_ids[turn] if model_token_ids is not None else _encode_text(tokenizer, segment.text)
+            builder.add_model(ids)
         turn += 1
     return builder.result()

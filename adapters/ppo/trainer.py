@@ -243,6 +243,7 @@ class Trainer:
                 indices=self.sample_indices(),
                 seed=cfg.seed + self.global_step,
                 on_turn=bar.update,
+                policy_version=self.global_step,
             )
         rollout_seconds = time.perf_counter() - started
         batch = collate([e.tokens for e in episodes], [e.reward for e in episodes], self.tokenizer.pad_token_id)

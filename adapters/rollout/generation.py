@@ -288,6 +288,7 @@ def rollout(
     seed: int | None = None,
     turn_sync: Callable[[bool], bool] | None = None,
     on_turn: Callable[[int], Any] | None = None,
+    policy_version: int | None = None,
 ) -> list[EpisodeResult]:
     """Play one episode in each environment with ``generator`` and return the token-level results.
 
@@ -304,6 +305,8 @@ def rollout(
             process still has episodes". A process whose episodes are over keeps calling the engine with no
             contexts until every process is done, so all processes make the same number of calls.
         on_turn: called after every engine call with the number of tokens it sampled (progress bars).
+        policy_version: the weights version ``generator`` samples with (the trainer's step), recorded with every
+            turn in ``episode.generations`` (:class:`~searchenv.episode.generation.Generation`).
 
     Returns:
         one :class:`EpisodeResult` per environment, in order.
@@ -324,7 +327,7 @@ def rollout(
         obs, info = env.reset(seed=None if seed is None else seed + i, options=options)
         protocol = env.unwrapped.protocol  # tool-call protocols: tools declared, tool turns framed by the template
         prompt_ids = encode_prompt(tokenizer, obs, chat_template=sampling.chat_template, tools=info.get("tools"))
-        builders.append(EpisodeTokens(tokenizer, prompt_ids, protocol))
+        builders.append(EpisodeTokens(tokenizer, prompt_ids, protocol, episode=env.unwrapped.episode))
         stop_strings.append(list(info.get("stop_strings") or env.unwrapped.protocol.stop_strings))
     final_infos: list[dict[str, Any]] = [{} for _ in envs]
     rewards = [0.0] * len(envs)
@@ -351,7 +354,10 @@ def rollout(
                 on_turn(sum(len(turns[i].token_ids) for i in rows))
         actions = []
         for i in active:
-            actions.append(builders[i].add_action(turns[i].token_ids, turns[i].logprobs, envs[i].unwrapped.protocol))
+            turn = turns[i]
+            actions.append(
+                builders[i].add_action(turn.token_ids, turn.logprobs, envs[i].unwrapped.protocol, policy_version)
+            )
         results = searchenv.step_batch([envs[i] for i in active], actions)
         still_active = []
         for i, (obs, reward, terminated, truncated, info) in zip(active, results):

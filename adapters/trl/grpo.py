@@ -205,6 +205,7 @@ class SearchRolloutFunc:
             indices=[self.index_of[t] for t in texts],
             seed=seed,
             turn_sync=self._turn_sync(trainer),
+            policy_version=int(trainer.state.global_step),
         )
         eos_id = trainer.processing_class.eos_token_id
         completions = [self._completion(r, eos_id) for r in results]

@@ -49,6 +49,7 @@ __all__ = [
     "EPISODE_OVER",
     "BUDGET_OVER",
     "EnvironmentFactory",
+    "RewardingAnswerToolEnvironment",
     "SearchAnswerToolEnvironment",
     "SearchToolEnvironment",
     "environment_factory",
@@ -111,34 +112,67 @@ class SearchAnswerToolEnvironment(SearchToolEnvironment):
         return "Answer recorded." if self.env.episode.terminated and result == "" else result
 
 
+class RewardingAnswerToolEnvironment(SearchAnswerToolEnvironment):
+    """The answer-tool environment that owns its reward (``get_reward``), for TRL's ``AsyncGRPOTrainer``.
+
+    The asynchronous trainer scores a rollout in its worker process and calls reward functions with the completions
+    only — never the environments — so :func:`episode_reward` cannot reach the episode there. TRL calls an
+    environment's ``get_reward()`` once per finished rollout instead (GRPOTrainer does too, which is why the plain
+    classes have none: with :func:`episode_reward` beside it the reward would count twice). Only the answer-tool
+    protocol fits: the answer reaches the environment as a tool call, whereas a final plain message never does.
+    """
+
+    def get_reward(self) -> float:
+        """The episode's reward; an episode the rollout left unfinished (no answer call) is truncated and scored."""
+        return float(finish_episode(self.env, None).reward)
+
+
 class EnvironmentFactory:
     """A zero-argument callable for ``environment_factory=``: each call is a new rollout environment.
 
-    All instances share one dataset, retriever and reward spec (built once, :meth:`SearchQAEnv.sibling`).
+    All instances share one dataset, retriever and reward spec (built once, :meth:`SearchQAEnv.sibling`). With
+    ``env_reward=True`` the environments own the reward (:class:`RewardingAnswerToolEnvironment`, for
+    ``AsyncGRPOTrainer``); that needs the ``tool-call-answer-tool`` protocol.
     """
 
-    def __init__(self, **env_kwargs: Any):
+    def __init__(self, env_reward: bool = False, **env_kwargs: Any):
         import gymnasium as gym
 
         import searchenv
 
-        env_kwargs.setdefault("protocol", "tool-call-message")
+        env_kwargs.setdefault("protocol", "tool-call-answer-tool" if env_reward else "tool-call-message")
         self.env: SearchQAEnv = gym.make(searchenv.ENV_ID, **env_kwargs).unwrapped
         answer_tool = self.env.protocol.answer_mode == "tool"
-        self.environment_class = SearchAnswerToolEnvironment if answer_tool else SearchToolEnvironment
+        if env_reward and not answer_tool:
+            raise ValueError(
+                f"env_reward=True needs protocol='tool-call-answer-tool' (got {self.env.protocol.name!r}): the "
+                "asynchronous trainer never shows the environment a final plain message, so only an answer given "
+                "as a tool call can be scored"
+            )
+        self.environment_class: type[SearchToolEnvironment] = (
+            RewardingAnswerToolEnvironment
+            if env_reward
+            else SearchAnswerToolEnvironment
+            if answer_tool
+            else SearchToolEnvironment
+        )
         self.environment_class(self.env)  # validates the protocol now, not at the first batch
 
     def __call__(self) -> SearchToolEnvironment:
         return self.environment_class(self.env.sibling())
 
 
-def environment_factory(**env_kwargs: Any) -> EnvironmentFactory:
-    """The ``environment_factory`` for TRL's GRPOTrainer; ``env_kwargs`` are :class:`SearchQAEnv` arguments.
+def environment_factory(env_reward: bool = False, **env_kwargs: Any) -> EnvironmentFactory:
+    """The ``environment_factory`` for TRL's GRPOTrainer and AsyncGRPOTrainer; ``env_kwargs`` are
+    :class:`SearchQAEnv` arguments.
 
     ``protocol`` defaults to ``"tool-call-message"`` (the answer is the final message, TRL's natural ending);
     ``"tool-call"`` (answer in ``<answer>`` tags) and ``"tool-call-answer-tool"`` (an ``answer`` tool) work too.
+    ``env_reward=True`` (``AsyncGRPOTrainer``, whose reward functions never see the environments): each
+    environment scores its own episode through ``get_reward``; the protocol is then ``"tool-call-answer-tool"``
+    and no reward function is needed.
     """
-    return EnvironmentFactory(**env_kwargs)
+    return EnvironmentFactory(env_reward, **env_kwargs)
 
 
 def make_tool_dataset(env: SearchQAEnv, limit: int | None = None) -> Dataset:

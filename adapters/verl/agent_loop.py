@@ -58,6 +58,7 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 from verl.experimental.agent_loop.tool_agent_loop import SPEC_DECODE_EXTRA_KEYS
+from verl.workers.rollout.replica import TokenOutput
 
 from searchenv.adapters.rows import AGENT_NAME, PROMPT_MODES, choose_conversation, episode_env, plain, row_example
 from searchenv.data.datasets import golden_answers
@@ -180,7 +181,7 @@ class SearchEnvAgentLoop(AgentLoopBase):
         conversation = choose_conversation(messages, env.episode.prompt, env.protocol, self.prompt_mode)
         prompt_ids = await self.ct_build_initial_tokens(conversation)
 
-        tokens = EpisodeTokens(self.tokenizer, prompt_ids, env.protocol)
+        tokens = EpisodeTokens(self.tokenizer, prompt_ids, env.protocol, episode=env.episode)
         params = dict(sampling_params)
         if self.stop:
             params["stop"] = list(info["stop_strings"])
@@ -204,7 +205,7 @@ class SearchEnvAgentLoop(AgentLoopBase):
             merge_server_fields(server_fields, output.extra_fields)
             if output.routed_experts is not None:
                 routed_experts = output.routed_experts  # the last turn's routing spans the whole context
-            action = self._add_turn(env, tokens, list(output.token_ids), output.log_probs)
+            action = self._add_turn(env, tokens, output)
             started = time.perf_counter()
             observation = (await step_batch_async([env], [action]))[0].observation
             timing["tool_calls"] += time.perf_counter() - started
@@ -212,17 +213,19 @@ class SearchEnvAgentLoop(AgentLoopBase):
                 tokens.add_env(observation)
         return self._output(env, tokens, timing, preempted, server_fields, routed_experts)
 
-    def _add_turn(
-        self, env: SearchQAEnv, tokens: EpisodeTokens, ids: list[int], logprobs: Sequence[float] | None
-    ) -> str:
+    def _add_turn(self, env: SearchQAEnv, tokens: EpisodeTokens, output: TokenOutput) -> str:
         """Record one generated turn and return the action text the environment gets.
 
         Tokens after the first complete search/answer tag are cut together with the text the environment
-        drops; the action is decoded without special tokens (an end-of-sequence token is not part of it).
+        drops; the action is decoded without special tokens (an end-of-sequence token is not part of it). The
+        turn's weights versions are veRL's ``min_global_steps`` / ``max_global_steps`` of this turn: under the
+        fully-async policy, ``FullyAsyncLLMServerClient`` resumes a turn aborted at a weight sync from the ids
+        generated so far, so one turn may span two versions; both go into ``episode.generations``.
         """
-        if ids and not logprobs:
-            logprobs = None  # veRL's server client reports [] when log-probabilities were not requested
-        return tokens.add_action(ids, logprobs, env.protocol)
+        fields = output.extra_fields or {}
+        first = fields.get("min_global_steps", fields.get("global_steps"))
+        last = fields.get("max_global_steps", first) if first is not None else None
+        return tokens.add_action(output.token_ids, output.log_probs, env.protocol, first, last)
 
     def _output(
         self,

@@ -4,6 +4,7 @@ and the reward contract that reads them (:mod:`.rollout`: :class:`Rollout` in, :
 Every reward, metric, ``info`` field and log line is derived from the turns, through one :class:`Facts`."""
 
 from searchenv.episode.episode import METRIC_NAMES, Episode, Segment, aggregate_metrics, metrics_of
+from searchenv.episode.generation import Generation
 from searchenv.episode.rollout import RewardResult, RewardSpec, Rollout
 from searchenv.episode.turns import Facts, Turn
 
@@ -11,6 +12,7 @@ __all__ = [
     "METRIC_NAMES",
     "Episode",
     "Facts",
+    "Generation",
     "RewardResult",
     "RewardSpec",
     "Rollout",

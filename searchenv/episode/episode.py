@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from searchenv.episode.generation import Generation
 from searchenv.episode.health import HEALTH_METRICS
 from searchenv.episode.turns import Facts, Turn, facts, segments_of
 from searchenv.protocol import Protocol
@@ -48,6 +49,9 @@ class Episode:
         truncated: the episode was cut (action budget, or a trainer's own limit via ``env.truncate()``).
         end_reason: why it ended (see :data:`EndReason`); ``None`` while it runs.
         reward / reward_parts: set on the terminal step.
+        generations: what the policy sampled for each model turn (ids, log-probs, policy versions), aligned with
+            ``turns``; filled by the token loops (:class:`~searchenv.tokenization.EpisodeTokens` given the episode),
+            empty when only text reached the environment. See :mod:`searchenv.episode.generation`.
     """
 
     example: QAExample
@@ -58,6 +62,7 @@ class Episode:
     end_reason: EndReason | None = None
     reward: float = 0.0
     reward_parts: Mapping[str, float] = field(default_factory=dict)
+    generations: list[Generation] = field(default_factory=list)
 
     @property
     def facts(self) -> Facts:
