@@ -3,9 +3,9 @@
 **Agent loop** (``agent_name: searchenv_agent``). veRL runs one :meth:`SearchEnvAgentLoop.run` coroutine per
 sample, token-in/token-out against its rollout servers (vLLM/SGLang). Each turn the loop asks the server to
 continue the episode's context, stopping at the protocol's closing tags, steps the environment without
-blocking the event loop (:func:`searchenv.step_batch_async`), and appends the environment's text with
-:class:`~searchenv.tokenization.EpisodeTokens`, so ``response_mask`` is 1 exactly on sampled tokens and 0 on
-inserted information blocks and hints (SPEC §2).
+blocking the event loop (``SearchQAEnv.step_async``: the searches of concurrent episodes become few engine
+calls), and appends the environment's text with :class:`~searchenv.tokenization.EpisodeTokens`, so
+``response_mask`` is 1 exactly on sampled tokens and 0 on inserted information blocks and hints (SPEC §2).
 
 **Reward from the episode.** The score is the finished episode's reward (``env.unwrapped.episode.reward``, computed
 by the environment's reward spec from what the episode actually did) and goes out as ``reward_score``. veRL turns
@@ -63,7 +63,6 @@ from verl.workers.rollout.replica import TokenOutput
 from searchenv.adapters.rows import AGENT_NAME, PROMPT_MODES, choose_conversation, episode_env, plain, row_example
 from searchenv.data.datasets import golden_answers
 from searchenv.env.search_qa import SearchQAEnv
-from searchenv.env.stepping import step_batch_async
 from searchenv.episode.episode import metrics_of
 from searchenv.episode.rollout import Rollout
 from searchenv.reward_specs import load_reward
@@ -207,7 +206,7 @@ class SearchEnvAgentLoop(AgentLoopBase):
                 routed_experts = output.routed_experts  # the last turn's routing spans the whole context
             action = self._add_turn(env, tokens, output)
             started = time.perf_counter()
-            observation = (await step_batch_async([env], [action]))[0].observation
+            observation = (await env.step_async(action)).observation
             timing["tool_calls"] += time.perf_counter() - started
             if observation:
                 tokens.add_env(observation)

@@ -44,7 +44,6 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from searchenv.adapters.rows import episode_env, plain, row_example
 from searchenv.adapters.tool_steps import EPISODE_OVER, call_action, check_tool_protocol, finish_episode, tool_result
 from searchenv.env.search_qa import SearchQAEnv
-from searchenv.env.stepping import step_batch_async
 from searchenv.protocol.tool_calls import SEARCH_TOOL
 from searchenv.types import QAExample
 
@@ -128,7 +127,7 @@ class SearchTool(BaseTool):
             if env.episode.done:
                 text, metrics = EPISODE_OVER, {"executed": False}
             else:
-                [(observation, _, _, _, info)] = await step_batch_async([env], [call_action("search", parameters)])
+                observation, _, _, _, info = await env.step_async(call_action("search", parameters))
                 text = tool_result(env, observation, info)
                 metrics = {"executed": env.episode.turns[-1].searched, "query": info["query"]}
             trajectory.last_text = text
