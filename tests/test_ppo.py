@@ -320,7 +320,9 @@ def test_two_stage_run_logs_both_stages_and_saves_each_checkpoint(tmp_path, smol
 
     log = tmp_path / "log.jsonl"
     words = ["--recipe", "two-stage", "--model", str(smollm2_dir), "--retriever", "random", "--stage1-steps", "1"]
-    words += ["--steps", "1", "--max-new-tokens", "4", "--output-dir", str(tmp_path / "out"), "--log", str(log)]
+    words += ["--steps", "1", "--prompts-per-step", "1", "--group-size", "2", "--mini-batch-size", "2"]
+    words += ["--micro-batch-size", "2", "--max-turns", "1", "--max-new-tokens", "2"]
+    words += ["--output-dir", str(tmp_path / "out"), "--log", str(log)]
     train_ppo.run(train_ppo.build_parser().parse_args(words))
     assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [1, 2]
     rewards = [read_run_settings(tmp_path / "out" / s / "final")["reward"] for s in ("stage1", "stage2")]
