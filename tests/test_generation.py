@@ -186,6 +186,9 @@ def test_padding_after_a_stop_string_is_not_an_unsampled_eos(smollm2_dir):
         text = tok.decode(turn.token_ids)
         if "e" in text:  # stopped at the stop string: it is the end, nothing the model did not sample follows
             assert turn.token_ids[-1] != tok.eos_token_id
+    # the vocabulary scan behind a stop-string criterion runs once per stop set, not once per turn
+    assert generator.stop_criterion(["e"]) is generator.stop_criterion(["e"])
+    assert generator.stop_criterion(["e"]) is not generator.stop_criterion(["e", "x"])
 
 
 def test_sampled_length_tells_a_sampled_eos_from_padding(smollm2_tokenizer):

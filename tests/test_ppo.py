@@ -299,3 +299,31 @@ def test_cpu_recipe_is_the_default_and_paper_switches_every_default(tmp_path):
     settings = train_ppo.run_settings(args, "grpo", {"lr": args.lr})
     assert set(RUN_KEYS) <= set(settings) and settings["protocol"] == "search-r1"
     assert settings["max_new_tokens"] == 500  # the per-turn budget `searchenv eval` replays
+
+
+def test_two_stage_recipe_trains_search_first_then_answers():
+    from searchenv.adapters.ppo import train as train_ppo
+
+    args = train_ppo.build_parser().parse_args(["--recipe", "two-stage", "--steps", "5"])
+    assert (args.max_turns, args.max_new_tokens, args.steps) == (3, 40, 5)  # room to answer after a search
+    (first_name, first), (second_name, second) = train_ppo.stages(args)
+    assert (first_name, first.reward, first.steps) == ("stage1", "r1-searcher-stage1", args.stage1_steps)
+    assert (second_name, second.reward, second.steps) == ("stage2", "r1-searcher-stage2", 5)
+    assert train_ppo.stages(train_ppo.build_parser().parse_args([])) == [("", train_ppo.build_parser().parse_args([]))]
+    with pytest.raises(ValueError, match="--stage1-steps"):
+        train_ppo.stages(train_ppo.build_parser().parse_args(["--stage1-steps", "-1"]))
+
+
+@pytest.mark.slow
+def test_two_stage_run_logs_both_stages_and_saves_each_checkpoint(tmp_path, smollm2_dir):
+    from searchenv.adapters.ppo import train as train_ppo
+
+    log = tmp_path / "log.jsonl"
+    words = ["--recipe", "two-stage", "--model", str(smollm2_dir), "--retriever", "random", "--stage1-steps", "1"]
+    words += ["--steps", "1", "--prompts-per-step", "1", "--group-size", "2", "--mini-batch-size", "2"]
+    words += ["--micro-batch-size", "2", "--max-turns", "1", "--max-new-tokens", "2"]
+    words += ["--output-dir", str(tmp_path / "out"), "--log", str(log)]
+    train_ppo.run(train_ppo.build_parser().parse_args(words))
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [1, 2]
+    rewards = [read_run_settings(tmp_path / "out" / s / "final")["reward"] for s in ("stage1", "stage2")]
+    assert rewards == ["r1-searcher-stage1", "r1-searcher-stage2"]

@@ -35,6 +35,7 @@ __all__ = [
     "ALGORITHM_HELP",
     "CPU_RECIPE",
     "PAPER_ENV",
+    "TWO_STAGE_RECIPE",
     "add_env_arguments",
     "add_parser",
     "apply_recipe",
@@ -44,6 +45,7 @@ __all__ = [
     "main",
     "plot_log",
     "run_settings",
+    "stages",
 ]
 
 #: Columns drawn by :func:`plot_log`: (metric key, panel title).
@@ -83,6 +85,19 @@ CPU_RECIPE: dict[str, Any] = {
     "kl_coef": 0.0,  # no reference model: a third less work per step on a CPU
     "curriculum_steps": 20,
     "steps": 12,
+}
+#: R1-Searcher's two stages on a CPU (``--recipe two-stage``, issue 26): stage 1 pays for executed searches and
+#: format (``--stage1-reward`` for ``--stage1-steps`` steps), stage 2 for the answer (``--reward``, F1 minus 2 for a
+#: malformed response, for ``--steps`` more steps), starting from stage 1's weights. Three actions and 40 tokens
+#: per turn leave room to answer after a search, which the CPU recipe's two actions of 32 tokens did not.
+TWO_STAGE_RECIPE: dict[str, Any] = {
+    "reward": "r1-searcher-stage2",
+    "stage1_reward": "r1-searcher-stage1",
+    "stage1_steps": 8,
+    "steps": 22,
+    "max_turns": 3,
+    "max_new_tokens": 40,
+    "curriculum_steps": 24,
 }
 #: Search-R1's environment settings (SPEC §5), the environment half of ``--paper``: SearchQAEnv's own defaults
 #: (which are Search-R1's) for what the CPU recipe changes, and the paper's prompt.
@@ -150,7 +165,8 @@ def run_settings(args: argparse.Namespace, algorithm: str, config: Mapping[str, 
 
 
 def apply_recipe(parser: argparse.ArgumentParser, argv: Sequence[str] | None, paper_config: Any = None) -> None:
-    """Set the parser's defaults to the CPU recipe, or with ``--paper`` to Search-R1's.
+    """Set the parser's defaults to the CPU recipe (``--recipe two-stage``: :data:`TWO_STAGE_RECIPE` over it), or
+    with ``--paper`` to Search-R1's.
 
     ``paper_config(algorithm)`` returns the paper's trainer settings as a mapping of option names.
     """
@@ -158,6 +174,8 @@ def apply_recipe(parser: argparse.ArgumentParser, argv: Sequence[str] | None, pa
     parser.set_defaults(**{k: v for k, v in CPU_RECIPE.items() if k in options})
     words = sys.argv[1:] if argv is None else argv
     known, _ = parser.parse_known_args([w for w in words if w not in ("-h", "--help")])  # help shows the result
+    if getattr(known, "recipe", "cpu") == "two-stage":
+        parser.set_defaults(**{k: v for k, v in TWO_STAGE_RECIPE.items() if k in options})
     if not known.paper:
         return
     defaults = dict(PAPER_ENV)
@@ -211,6 +229,22 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--device", default=None, help="'cpu', 'cuda', ... (default: cuda when available)")
     model.add_argument(
         "--paper", action="store_true", help="Search-R1's settings for every option not given (the GPU recipe)"
+    )
+    stages = parser.add_argument_group("two stages (R1-Searcher)")
+    stages.add_argument(
+        "--recipe",
+        default="cpu",
+        choices=["cpu", "two-stage"],
+        help="'two-stage': R1-Searcher's search stage, then its answer stage (TWO_STAGE_RECIPE's defaults)",
+    )
+    stages.add_argument(
+        "--stage1-steps",
+        type=int,
+        default=0,
+        help="N > 0: train N steps with --stage1-reward first, then --steps steps with --reward (0: one stage)",
+    )
+    stages.add_argument(
+        "--stage1-reward", default="r1-searcher-stage1", help="the reward of stage 1 (when --stage1-steps > 0)"
     )
 
     algo = parser.add_argument_group("algorithm (defaults: the CPU recipe; --paper: PPOConfig.paper())")
@@ -316,8 +350,24 @@ def health_plot_path(png_path: str | Path) -> Path:
     return path.with_name(f"{path.stem}_health{path.suffix or '.png'}")
 
 
+def stages(args: argparse.Namespace) -> list[tuple[str, argparse.Namespace]]:
+    """The run's stages as (name, arguments): one stage, or with ``--stage1-steps N`` R1-Searcher's two, the
+    first with ``--stage1-reward`` for N steps, the second with ``--reward`` for ``--steps`` steps."""
+    if args.stage1_steps < 0:
+        raise ValueError(f"--stage1-steps must be >= 0, got {args.stage1_steps}")
+    if not args.stage1_steps:
+        return [("", args)]
+    first = argparse.Namespace(**{**vars(args), "reward": args.stage1_reward, "steps": args.stage1_steps})
+    return [("stage1", first), ("stage2", args)]
+
+
 def run(args: argparse.Namespace) -> list[dict[str, float]]:
-    """Build the environments, the model and the trainer from parsed arguments, and train."""
+    """Build the environments, the model and the trainer from parsed arguments, and train (stage by stage).
+
+    A second stage trains the same weights on fresh environments with its own reward and a fresh optimizer; its
+    steps are numbered on from the first's (so the curriculum goes on) and each stage saves its own checkpoint
+    under ``--output-dir`` (``stage1/final``, ``stage2/final``).
+    """
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     import torch
 
@@ -326,30 +376,35 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
 
     if args.plot and not args.log:
         raise SystemExit("--plot needs --log (the curves are drawn from the log file)")
-    env_settings = env_kwargs(args)  # every option checked before the model loads
+    plan = [(name, stage, env_kwargs(stage)) for name, stage in stages(args)]  # every option checked first
     torch.set_num_threads(args.threads)
-    values = {f.name: getattr(args, f.name) for f in fields(PPOConfig) if f.name != "chat_template"}
-    config = PPOConfig(**values, chat_template=chat_template_flag(args.chat_template))
     model, tokenizer = load_policy(args.model)  # float32 master weights; --bf16 adds autocast
     model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    envs = make_envs(config.episodes_per_step, **env_settings)
-    trainer = Trainer(
-        model,
-        tokenizer,
-        envs,
-        config,
-        log_path=args.log,
-        output_dir=args.output_dir or None,
-        run_settings=run_settings(args, config.algorithm, asdict(config)),
-    )
-    title = f"{config.algorithm} on {args.dataset}, {args.model}, reward {args.reward}"
+    history: list[dict[str, float]] = []
+    for name, stage, env_settings in plan:
+        values = {f.name: getattr(stage, f.name) for f in fields(PPOConfig) if f.name != "chat_template"}
+        values["seed"] += len(history)  # a later stage draws other questions than the first
+        config = PPOConfig(**values, chat_template=chat_template_flag(stage.chat_template))
+        output_dir = Path(args.output_dir, name) if args.output_dir else None
+        trainer = Trainer(
+            model,
+            tokenizer,
+            make_envs(config.episodes_per_step, **env_settings),
+            config,
+            log_path=args.log,
+            output_dir=output_dir,
+            run_settings=run_settings(stage, config.algorithm, asdict(config)),
+        )
+        trainer.global_step = len(history)
+        title = f"{config.algorithm} on {args.dataset}, {args.model}, reward {stage.reward}"
 
-    def redraw(_: dict[str, float]) -> None:
-        if args.plot:
-            plot_log(args.log, args.plot, title=title)
-            plot_log(args.log, health_plot_path(args.plot), title=title, panels=HEALTH_PLOTTED)
+        def redraw(_: dict[str, float], title: str = title) -> None:
+            if args.plot:
+                plot_log(args.log, args.plot, title=title)
+                plot_log(args.log, health_plot_path(args.plot), title=title, panels=HEALTH_PLOTTED)
 
-    return trainer.train(callback=redraw)
+        history += trainer.train(callback=redraw)
+    return history
 
 
 def _train(args: argparse.Namespace) -> int:
