@@ -231,3 +231,18 @@ def test_run_settings_round_trip_and_reject_incomplete_settings(tmp_path):
         write_run_settings(tmp_path / "other", {k: v for k, v in settings.items() if k != "reward"})
     with pytest.raises(FileNotFoundError, match="searchenv_run.json"):
         read_run_settings(tmp_path / "missing")
+
+
+def test_a_rollout_tells_the_environment_the_training_step_its_schedules_read(qwen_tokenizer):
+    """A degraded engine's schedule follows the trainer's step (``policy_version``), not its search calls."""
+    from searchenv.retrievers.degraded.wrappers import NoisyRetriever
+
+    tok = qwen_tokenizer
+    q0 = QUESTIONS[0]["question"]
+    noisy = NoisyRetriever(ScriptedRetriever(), CORPUS, p=[[0, 0.0], [10, 1.0]], seed=0)
+    envs = make_envs(1, dataset=QUESTIONS, corpus=CORPUS, retriever=noisy, reward="em", max_turns=3)
+    answer = tok("<answer> x </answer>", add_special_tokens=False)["input_ids"]
+    rollout(envs, ScriptedGenerator(tok, {q0: [answer]}), SamplingConfig(max_new_tokens=16), indices=[0])
+    assert noisy.step == 0  # no policy version: nothing told
+    rollout(envs, ScriptedGenerator(tok, {q0: [answer]}), SamplingConfig(), indices=[0], policy_version=5)
+    assert noisy.step == 5 and noisy.p == 0.5

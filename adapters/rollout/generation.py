@@ -320,7 +320,9 @@ def rollout(
             contexts until every process is done, so all processes make the same number of calls.
         on_turn: called after every engine call with the number of tokens it sampled (progress bars).
         policy_version: the weights version ``generator`` samples with (the trainer's step), recorded with every
-            turn in ``episode.generations`` (:class:`~searchenv.episode.generation.Generation`).
+            turn in ``episode.generations`` (:class:`~searchenv.episode.generation.Generation`), and told to each
+            environment (``set_training_step``) so that schedules over training steps (a degraded engine's ``p``,
+            the simulated engine's ``p_noisy``) follow the trainer.
 
     Returns:
         one :class:`EpisodeResult` per environment, in order.
@@ -333,6 +335,9 @@ def rollout(
         import torch
 
         torch.manual_seed(seed)
+    if policy_version is not None:
+        for env in envs:
+            env.unwrapped.set_training_step(policy_version)
     tokenizer = generator.tokenizer
     builders: list[EpisodeTokens] = []
     stop_strings: list[list[str]] = []

@@ -396,6 +396,16 @@ class SearchQAEnv(gym.Env[str, str]):
         # ``episode.terminated`` without reading the turns again.
         return StepResult("", episode.reward, not episode.truncated, episode.truncated, info)
 
+    def set_training_step(self, step: int) -> None:
+        """Tell the environment's parts the trainer's step, which schedules over training are read at (a degraded
+        engine's ``p``, the simulated engine's ``p_noisy``: ZeroSearch's curriculum). A step, not a count of
+        search calls, so that a curriculum does not depend on the batch size; parts without a schedule ignore it.
+        Our trainers call it before each rollout."""
+        for part in (self.retriever, self.reward_spec):
+            set_step = getattr(part, "set_step", None)
+            if callable(set_step):
+                set_step(step)
+
     def truncate(self, reason: EndReason = "trainer_cut") -> StepResult:
         """End the running episode as truncated and score it.
 
