@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Schedule", "check_step", "parse_schedule", "query_rng"]
+__all__ = ["FollowsTrainingStep", "Schedule", "parse_schedule", "query_rng"]
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,21 @@ def query_rng(name: str, seed: int, query: str) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest, "little"))
 
 
-def check_step(step: Any, who: str) -> int:
-    """``step`` when it is a non-negative integer (a trainer's step); ``ValueError`` naming ``who`` otherwise."""
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"{who}.set_step takes a non-negative integer step, got {step!r}")
-    return step
+class FollowsTrainingStep:
+    """What every engine with a schedule shares: the trainer's step it is read at, told with :meth:`set_step`
+    (``SearchQAEnv.set_training_step`` calls it before each rollout); searches never advance it, so a curriculum
+    does not depend on the batch size. Subclasses name themselves in ``name``."""
+
+    name: str
+    _step: int = 0
+
+    @property
+    def step(self) -> int:
+        """The training step the schedule is read at (0 until :meth:`set_step` is called)."""
+        return self._step
+
+    def set_step(self, step: int) -> None:
+        """Move the schedule to training step ``step``; a non-negative integer, else ``ValueError``."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"{self.name}.set_step takes a non-negative integer step, got {step!r}")
+        self._step = step

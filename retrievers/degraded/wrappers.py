@@ -21,7 +21,7 @@ import numpy as np
 
 from searchenv.corpus import Corpus
 from searchenv.retrievers.degraded.options import check_wrapper_options
-from searchenv.retrievers.degraded.schedule import Schedule, check_step, parse_schedule, query_rng
+from searchenv.retrievers.degraded.schedule import FollowsTrainingStep, Schedule, parse_schedule, query_rng
 from searchenv.retrievers.random_retriever import RandomRetriever
 from searchenv.reward_specs.metrics import answer_in_passages
 from searchenv.types import Passage, Retriever
@@ -29,7 +29,7 @@ from searchenv.types import Passage, Retriever
 __all__ = ["DegradedRetriever", "DistractorRetriever", "EmptyRetriever", "NoisyRetriever", "ShuffledRetriever"]
 
 
-class DegradedRetriever:
+class DegradedRetriever(FollowsTrainingStep):
     """A wrapper around ``base`` that degrades each query's passages with probability ``p`` (a :class:`Schedule`).
 
     Args:
@@ -47,7 +47,6 @@ class DegradedRetriever:
         self.base = base
         self.schedule: Schedule = parse_schedule(p)
         self.seed = seed
-        self._step = 0
 
     @property
     def compute_only(self) -> bool:
@@ -55,18 +54,9 @@ class DegradedRetriever:
         return bool(getattr(self.base, "compute_only", False))
 
     @property
-    def step(self) -> int:
-        """The training step the schedule is read at (0 until :meth:`set_step` is called)."""
-        return self._step
-
-    @property
     def p(self) -> float:
         """The degradation probability at the current step."""
         return self.schedule.at(self._step)
-
-    def set_step(self, step: int) -> None:
-        """Move the schedule to training step ``step`` (the trainer's step; searches do not advance it)."""
-        self._step = check_step(step, self.name)
 
     def _rng(self, query: str) -> np.random.Generator:
         return query_rng(self.name, self.seed, query)

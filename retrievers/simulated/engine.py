@@ -22,7 +22,7 @@ from typing import Any
 from searchenv.corpus import Corpus
 from searchenv.evaluation.policies import EvalSampling
 from searchenv.evaluation.prompter import Prompter, PromptFailure
-from searchenv.retrievers.degraded.schedule import Schedule, check_step, parse_schedule, query_rng
+from searchenv.retrievers.degraded.schedule import FollowsTrainingStep, Schedule, parse_schedule, query_rng
 from searchenv.retrievers.simulated.options import check_simulated_options
 from searchenv.retrievers.simulated.prompts import document_prompt
 from searchenv.types import Passage
@@ -32,7 +32,7 @@ __all__ = ["SimulatedRetriever", "simulated_retriever"]
 _END = "\n\n"  # a document is one paragraph: the server may stop here, and the text is cut here anyway
 
 
-class SimulatedRetriever:
+class SimulatedRetriever(FollowsTrainingStep):
     """A search engine whose results a model writes (ZeroSearch-style); see the module docstring.
 
     Args:
@@ -70,7 +70,6 @@ class SimulatedRetriever:
         self.schedule: Schedule = parse_schedule(p_noisy, "simulated: p_noisy")
         self.seed = seed
         self.words = words
-        self._step = 0
         sampling = EvalSampling(temperature=temperature, max_new_tokens=2 * words, seed=seed)
         self.prompter = Prompter(
             url,
@@ -84,18 +83,9 @@ class SimulatedRetriever:
         )
 
     @property
-    def step(self) -> int:
-        """The training step ``p_noisy`` is read at (0 until :meth:`set_step` is called)."""
-        return self._step
-
-    @property
     def p_noisy(self) -> float:
         """The probability that a document is noisy, at the current step."""
         return self.schedule.at(self._step)
-
-    def set_step(self, step: int) -> None:
-        """Move the schedule to training step ``step`` (the trainer's step; searches do not advance it)."""
-        self._step = check_step(step, self.name)
 
     def noisy_flags(self, query: str, k: int) -> list[bool]:
         """Which of the query's ``k`` documents are noisy at the current step."""
