@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any
 
+from searchenv.evaluation.policies import EvalSampling
+from searchenv.evaluation.prompter import Prompter, PromptFailure
 from searchenv.retrievers.web.pages import PageError
 from searchenv.retrievers.web.record import NotRecorded, Record
 from searchenv.types import Document
@@ -66,6 +67,9 @@ class Summariser:
         self.max_page_words = int(max_page_words)
         self.timeout = float(timeout)
         self.record = record if record is not None else Record(None)
+        # the one OpenAI-compatible client (the judge's and the simulated engine's); temperature 0, so notes repeat
+        sampling = EvalSampling(temperature=0.0, max_new_tokens=2 * self.max_words)
+        self.prompter = Prompter(self.url, self.model, sampling, timeout=self.timeout, api_key_env=api_key_env)
 
     def __repr__(self) -> str:
         return f"Summariser(url={self.url!r}, model={self.model!r})"
@@ -94,19 +98,9 @@ class Summariser:
         return Document(document.ref, document.title, str(note))
 
     def _ask(self, prompt: str) -> str:
-        import httpx
-
-        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [{"role": "user", "content": prompt}],
-            "temperature": 0.0,
-            "max_tokens": self.max_words * 2,
-        }
-        response = httpx.post(f"{self.url}/chat/completions", json=body, headers=headers, timeout=self.timeout)
-        if response.status_code != 200:
-            raise RuntimeError(f"HTTP {response.status_code}: {response.text[:200]}")
-        note = response.json()["choices"][0]["message"]["content"]
-        if not isinstance(note, str) or not note.strip():
+        (note,) = self.prompter.ask([prompt])
+        if isinstance(note, PromptFailure):
+            raise RuntimeError(note.reason)
+        if not note.strip():
             raise ValueError("the endpoint answered an empty note")
         return note.strip()

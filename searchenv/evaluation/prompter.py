@@ -84,6 +84,7 @@ class Prompter:
             :class:`~searchenv.evaluation.policies.EndpointPolicy`).
         device: the local model's torch device (default: CUDA when there is one).
         cache_size: how many answers are kept (least recently used ones go first).
+        api_key_env: the variable holding the endpoint's key (sent only as a header; none for a local server).
     """
 
     def __init__(
@@ -99,6 +100,7 @@ class Prompter:
         concurrency: int = 8,
         device: str = "",
         cache_size: int = 100_000,
+        api_key_env: str = "OPENAI_API_KEY",
     ):
         check_model_source(url, model, "prompter")
         self.url, self.model, self.sampling = url, model, sampling
@@ -113,6 +115,7 @@ class Prompter:
                 retries=retries,
                 timeout=timeout,
                 backoff=backoff,
+                api_key_env=api_key_env,
                 name=f"prompter:{model}",
             )
             if url is not None
