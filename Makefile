@@ -22,6 +22,8 @@ export TOKENIZERS_PARALLELISM ?= false
 #   report about them is expected and switched off with --no-warn-conflicts.
 # - veRL's trainer modules (legacy RayPPOTrainer, v1 TransferQueue worker) import torchdata, peft and
 #   TransferQueue; the tests drive them.
+# - The editable install runs with -qq: setuptools reports an "Editable installation" notice as a build-backend
+#   warning (folders named like the package); pip still prints any error.
 # - Small real models ship inside PyPI packages (the hub is not needed).
 # - Headless chromium is for the transcript-viewer test (tests/test_viewer.py); apt needs root, and its chatter
 #   goes to $(VENV)/apt.log (a failed apt install only means that one test is skipped).
@@ -29,7 +31,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[all,test]"
+	$(BIN)/python -m pip install -qq -e ".[all,test]"
 	@echo "installing veRL and SkyRL without their pins (expected; see the Makefile)"
 	$(BIN)/python -m pip install -q --no-warn-conflicts hydra-core codetiming "tensordict>=0.8,<=0.10,!=0.9.0" pylatexenc
 	$(BIN)/python -m pip install -q --no-warn-conflicts --no-deps verl==0.9.1
