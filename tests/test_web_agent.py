@@ -8,29 +8,17 @@ and ``gym.make`` with ASearcher's protocol. Requests are counted by the server, 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import pytest
 
-from searchenv.data.world.generator import generate_world
 from searchenv.retrievers.web.standin import LocalWeb
+from tests.test_web_record import web, world  # noqa: F401 (the same world and loopback web fixtures)
 
 
-@pytest.fixture(scope="module")
-def world() -> Any:
-    return generate_world(300, seed=5)
-
-
-@pytest.fixture
-def web(world: Any) -> Iterator[LocalWeb]:
-    with LocalWeb(world.corpus) as served:
-        yield served
-
-
-def agent_env(web: LocalWeb, world: Any, backend: str, **options: Any) -> Any:
+def agent_env(web: LocalWeb, world: Any, backend: str, **options: Any) -> Any:  # noqa: F811
     url = web.searxng_url if backend == "searxng" else web.serper_url
     extra = {"api_key": "sk-test-0001"} if backend == "serper" else {}
     return gym.make(
@@ -43,7 +31,7 @@ def agent_env(web: LocalWeb, world: Any, backend: str, **options: Any) -> Any:
     )
 
 
-def play(env: Any, world: Any) -> list[Any]:
+def play(env: Any, world: Any) -> list[Any]:  # noqa: F811
     """Search the question's subject, open result 1, answer the gold: what the model saw and got, step by step."""
     env.reset(seed=0)
     example = env.unwrapped.episode.example
@@ -54,7 +42,7 @@ def play(env: Any, world: Any) -> list[Any]:
 
 
 @pytest.mark.parametrize("backend", ["searxng", "serper"])
-def test_an_episode_searches_the_web_opens_a_result_and_answers(web: LocalWeb, world: Any, backend: str) -> None:
+def test_an_episode_searches_the_web_opens_a_result_and_answers(web: LocalWeb, world: Any, backend: str) -> None:  # noqa: F811
     (searched, opened, answered) = play(agent_env(web, world, backend), world)
     first_url = searched[4]["passage_ids"][0]
     assert first_url.startswith("http://127.0.0.1")
@@ -67,7 +55,9 @@ def test_an_episode_searches_the_web_opens_a_result_and_answers(web: LocalWeb, w
 
 
 def test_a_recorded_web_agent_run_replays_byte_identically_with_no_request(
-    web: LocalWeb, world: Any, tmp_path: Path
+    web: LocalWeb,  # noqa: F811 (the imported fixture)
+    world: Any,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     cache = str(tmp_path / "agent.sqlite")
     recorded = play(agent_env(web, world, "searxng", cache=cache, cache_mode="record"), world)
