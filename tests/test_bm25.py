@@ -20,6 +20,7 @@ import pytest
 from searchenv.corpus import Corpus
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.bm25.analyzer import EnglishAnalyzer
+from searchenv.retrievers.bm25.native import search as native_search
 from searchenv.retrievers.bm25.native.build import build_native_index
 from searchenv.retrievers.bm25.native.index_format import lucene_length
 from searchenv.retrievers.bm25.native.search import SEED_FROM_BLOCKS, NativeEngine
@@ -138,18 +139,53 @@ def test_seeded_and_unseeded_walks_return_the_same_passages(shared_data, native_
     """Queries of up to SEED_FROM_BLOCKS blocks skip the seeded cut-off; forcing it on must not change a result."""
     with (shared_data / "qa" / "nq_test_1000.jsonl").open(encoding="utf-8") as handle:
         questions = [json.loads(line)["question"] for line in handle][:300]
-    engine = native_union._engine
+    engine = NativeEngine(native_union.index_dir, threads=1)
     assert engine.seed_from_blocks == SEED_FROM_BLOCKS > 0  # union's queries are all short: none is seeded
+    engine.term_at_a_time = False  # union is small enough to be searched term at a time: walk it here
     for k in (3, 10):
-        plain = native_union.search(questions, k)
+        plain = engine.search(questions, k)
         engine.seed_from_blocks = 0  # every query seeded
-        try:
-            seeded = native_union.search(questions, k)
-        finally:
-            engine.seed_from_blocks = SEED_FROM_BLOCKS
-        assert [[p.id for p in hits] for hits in seeded] == [[p.id for p in hits] for hits in plain]
-        for mine, theirs in zip(seeded, plain, strict=True):
-            assert [p.score for p in mine] == pytest.approx([p.score for p in theirs], rel=1e-6)
+        seeded = engine.search(questions, k)
+        engine.seed_from_blocks = SEED_FROM_BLOCKS
+        assert [docs.tolist() for docs, _ in seeded] == [docs.tolist() for docs, _ in plain]
+        for (_, mine), (_, theirs) in zip(seeded, plain, strict=True):
+            assert mine.tolist() == pytest.approx(theirs.tolist(), rel=1e-6)
+
+
+def test_term_at_a_time_and_the_walk_return_the_same_passages(shared_data, native_union):
+    """A small index is searched term at a time over its decoded postings; the MaxScore walk over the blocks
+    must give the very same lists and scores (same impacts, summed in double), for every k and batch shape."""
+    with (shared_data / "qa" / "nq_test_1000.jsonl").open(encoding="utf-8") as handle:
+        questions = [json.loads(line)["question"] for line in handle][:300]
+    questions += ["", "the of and", "zzzzqqq unknownword", "einstein einstein einstein"]  # no term, stopwords, repeats
+    engine = NativeEngine(native_union.index_dir, threads=2)
+    assert engine.term_at_a_time  # 19.6k passages: well under TERM_AT_A_TIME_POSTINGS
+    for k in (1, 3, 10):
+        by_terms = engine.search(questions, k)
+        engine.term_at_a_time = False
+        walked = engine.search(questions, k)
+        engine.term_at_a_time = True
+        for (docs, scores), (want_docs, want_scores) in zip(by_terms, walked, strict=True):
+            assert np.array_equal(docs, want_docs) and np.array_equal(scores, want_scores)
+    assert [len(docs) for docs, _ in by_terms[-4:-1]] == [0, 0, 0]
+    assert len(by_terms[-1][0]) > 0  # a repeated term is one term, boosted
+
+
+def test_decoded_postings_keep_every_posting_and_a_large_index_is_walked(native_union):
+    """Below TERM_AT_A_TIME_POSTINGS the decoded arrays hold every posting of every term, in order, with the
+    impact the block bounds were written from; above it the index is not decoded and is walked."""
+    engine = NativeEngine(native_union.index_dir, threads=1)
+    starts, docs, impacts = engine._decoded_postings()
+    data, term_blocks, _, block_offset, block_max, *_ = engine._arrays
+    counts = data[block_offset[:-1].astype(np.int64) + 2].astype(np.int64) + 1
+    assert starts[-1] == len(docs) == len(impacts) == counts.sum()
+    assert (impacts > 0).all()
+    for t in (0, len(starts) // 2, len(starts) - 2):  # each term's documents ascend; its best impact is its bound
+        assert (np.diff(docs[starts[t] : starts[t + 1]]) > 0).all()
+        assert impacts[starts[t] : starts[t + 1]].max() == block_max[term_blocks[t] : term_blocks[t + 1]].max()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native_search, "TERM_AT_A_TIME_POSTINGS", len(docs) - 1)
+        assert not NativeEngine(native_union.index_dir, threads=1).term_at_a_time
 
 
 def test_batched_search_over_threads_equals_one_thread(shared_data, native_union):
@@ -158,7 +194,8 @@ def test_batched_search_over_threads_equals_one_thread(shared_data, native_union
     with (shared_data / "qa" / "nq_test_1000.jsonl").open(encoding="utf-8") as handle:
         questions = [json.loads(line)["question"] for line in handle][:203]
     one, three = NativeEngine(native_union.index_dir, threads=1), NativeEngine(native_union.index_dir, threads=3)
-    for k in (1, 3, 10):
+    for k, walk in ((1, False), (3, False), (10, False), (3, True)):
+        one.term_at_a_time = three.term_at_a_time = not walk
         expected = one.search(questions, k)
         # 203 queries: 67 jobs of 3 and one of 2; 5 queries: jobs of 2, 2 and 1; 1 query: this thread alone
         for batch in (questions, questions[:5], questions[:1]):

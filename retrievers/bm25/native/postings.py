@@ -13,9 +13,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["BLOCK", "decode_block", "encode_terms"]
+__all__ = ["BLOCK", "decode_block", "encode_terms", "impact"]
 
 BLOCK = 128
+
+
+@njit(cache=True, inline="always")
+def impact(idf, tf, norm_inverse):  # pragma: no cover - jit
+    """A posting's BM25 score, Lucene's float32 ``idf - idf / (1 + tf · normInverse)`` (``norm_inverse`` from the
+    index's norm cache): the one rule for block bounds, the walk's scores and the decoded impacts."""
+    return idf - idf / (np.float32(1.0) + np.float32(tf) * norm_inverse)
 
 
 @njit(cache=True, inline="always")
@@ -119,7 +126,6 @@ def encode_terms(  # pragma: no cover - jit
     tf_minus = np.empty(BLOCK, np.int64)
     pos = 0
     nblocks = 0
-    one = np.float32(1.0)
     for t in range(indptr.shape[0] - 1):
         term_blocks[t] = nblocks
         weight = idf[t]
@@ -137,8 +143,7 @@ def encode_terms(  # pragma: no cover - jit
                 tf_minus[i] = tfs[lo + i] - 1
                 max_gap = max(max_gap, gaps[i])
                 max_tf = max(max_tf, tf_minus[i])
-                impact = weight - weight / (one + np.float32(tfs[lo + i]) * norm_cache[norms[d]])
-                best = max(best, impact)
+                best = max(best, impact(weight, tfs[lo + i], norm_cache[norms[d]]))
             doc_bits = _bit_width(max_gap)
             tf_bits = _bit_width(max_tf)
             block_offset[nblocks] = pos

@@ -24,54 +24,13 @@ import numpy as np
 from numba import njit
 
 from searchenv.retrievers.bm25.analyzer import EnglishAnalyzer
+from searchenv.retrievers.bm25.native.heap import heap_push, pop_best_first
 from searchenv.retrievers.bm25.native.index_format import ARRAY_FILES
-from searchenv.retrievers.bm25.native.postings import BLOCK, decode_block
+from searchenv.retrievers.bm25.native.postings import BLOCK, decode_block, impact
+from searchenv.retrievers.bm25.native.term_at_a_time import TERM_AT_A_TIME_POSTINGS, decode_all, term_at_a_time_kernel
 from searchenv.retrievers.bm25.native.term_lookup import TermTable
 
 __all__ = ["JOBS_PER_THREAD", "MIN_QUERIES_PER_JOB", "SEED_FROM_BLOCKS", "NativeEngine"]
-
-
-@njit(cache=True)
-def _sift_down(scores, docs, i, size):  # pragma: no cover - jit
-    """Restore a min-heap whose root is the *worst* hit: lowest score, then highest position."""
-    while True:
-        child = 2 * i + 1
-        if child >= size:
-            return
-        right = child + 1
-        if right < size and (
-            scores[right] < scores[child] or (scores[right] == scores[child] and docs[right] > docs[child])
-        ):
-            child = right
-        if scores[child] < scores[i] or (scores[child] == scores[i] and docs[child] > docs[i]):
-            scores[i], scores[child] = scores[child], scores[i]
-            docs[i], docs[child] = docs[child], docs[i]
-            i = child
-        else:
-            return
-
-
-@njit(cache=True)
-def _heap_push(scores, docs, size, k, s, d):  # pragma: no cover - jit
-    """Offer hit (s, d) to a heap of at most ``k`` best hits; returns the new size."""
-    if size < k:
-        c = size
-        scores[c] = s
-        docs[c] = d
-        while c > 0:
-            parent = (c - 1) // 2
-            if scores[c] < scores[parent] or (scores[c] == scores[parent] and docs[c] > docs[parent]):
-                scores[c], scores[parent] = scores[parent], scores[c]
-                docs[c], docs[parent] = docs[parent], docs[c]
-                c = parent
-            else:
-                break
-        return size + 1
-    if s > scores[0] or (s == scores[0] and d < docs[0]):
-        scores[0] = s
-        docs[0] = d
-        _sift_down(scores, docs, 0, size)
-    return size
 
 
 _SLACK = 1.0 + 1e-6  # float rounding margin: prune only when a bound is clearly below the cut-off
@@ -131,7 +90,6 @@ def _seed_cutoff(
     if seeds.shape[0] < k:
         return -1.0
     scores = np.zeros(seeds.shape[0])
-    one = np.float32(1.0)
     for j in range(terms.shape[0]):
         t = terms[j]
         w = idf[t]
@@ -154,7 +112,7 @@ def _seed_cutoff(
             while docs[pos] < d:
                 pos += 1
             if docs[pos] == d:
-                scores[c] += weights[j] * (w - w / (one + np.float32(tfs[pos]) * norm_cache[norms[d]]))
+                scores[c] += weights[j] * impact(w, tfs[pos], norm_cache[norms[d]])
     ranked = np.sort(scores.astype(np.float32))
     return np.float64(ranked[ranked.shape[0] - k])
 
@@ -190,6 +148,7 @@ def _search_kernel(
     stop,
     out_docs,
     out_scores,
+    out_found,
 ):  # pragma: no cover - jit
     """Exact top-``k`` for queries ``start`` to ``stop - 1``: document-at-a-time MaxScore over the block postings.
 
@@ -204,7 +163,6 @@ def _search_kernel(
     """
     heap_scores = np.empty(k, np.float32)
     heap_docs = np.empty(k, np.int64)
-    one = np.float32(1.0)
     for q in range(start, stop):
         first, n = qptr[q], qptr[q + 1] - qptr[q]
         if n == 0:
@@ -252,7 +210,7 @@ def _search_kernel(
                 if current[j] == d:
                     p = positions[j]
                     w = idf[terms[j]]
-                    score += weights[j] * (w - w / (one + np.float32(tfs[j, p]) * norm_cache[norms[d]]))
+                    score += weights[j] * impact(w, tfs[j, p], norm_cache[norms[d]])
                     if p + 1 < counts[j]:
                         positions[j] = p + 1
                         current[j] = docs[j, p + 1]
@@ -317,24 +275,19 @@ def _search_kernel(
                 if current[j] == d:
                     w = idf[terms[j]]
                     p = positions[j]
-                    score += weights[j] * (w - w / (one + np.float32(tfs[j, p]) * norm_cache[norms[d]]))
+                    score += weights[j] * impact(w, tfs[j, p], norm_cache[norms[d]])
             if not alive:
                 continue
             if score * _SLACK < cutoff:
                 continue
             if size < k or np.float32(score) > heap_scores[0]:  # a later document loses a tie
-                size = _heap_push(heap_scores, heap_docs, size, k, np.float32(score), d)
+                size = heap_push(heap_scores, heap_docs, size, k, np.float32(score), d)
                 if size == k:
                     cutoff = max(seeded, np.float64(heap_scores[0]))
                     while essential < n and below[essential + 1] * _SLACK < cutoff:
                         essential += 1
-        # Pop worst-first into the tail: the row ends up best-first.
-        for r in range(size - 1, -1, -1):
-            out_scores[q, r] = heap_scores[0]
-            out_docs[q, r] = heap_docs[0]
-            heap_scores[0] = heap_scores[r]
-            heap_docs[0] = heap_docs[r]
-            _sift_down(heap_scores, heap_docs, 0, r)
+        out_found[q] = size
+        pop_best_first(heap_scores, heap_docs, size, out_docs[q], out_scores[q])
 
 
 class NativeEngine:
@@ -385,6 +338,15 @@ class NativeEngine:
         )
         self.threads = max(1, int(threads))
         self.seed_from_blocks = SEED_FROM_BLOCKS  # queries of more blocks start from a seeded cut-off
+        blocks = len(arrays["block_max"])
+        # A small index is searched term at a time over all its postings, decoded on the first search
+        # (:mod:`.term_at_a_time`); each block holds at least one posting, so the exact count is only taken when
+        # the blocks alone do not rule it out.
+        self.term_at_a_time = blocks <= TERM_AT_A_TIME_POSTINGS and (
+            int(np.asarray(data)[np.asarray(arrays["block_offset"][:-1]) + 2].sum(dtype=np.int64)) + blocks
+            <= TERM_AT_A_TIME_POSTINGS
+        )
+        self._decoded: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.scratch = scratch  # the temporary directory of an in-memory build, removed with the engine
         self._pool: ThreadPoolExecutor | None = None
 
@@ -401,6 +363,25 @@ class NativeEngine:
     def search(self, queries: Sequence[str], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-``k`` (positions, scores) per query, best first; only passages sharing a term with the query."""
         k = max(1, min(int(k), self.num_docs))
+        count = len(queries)
+        out_docs = np.full((count, k), -1, dtype=np.int64)
+        out_scores = np.zeros((count, k), dtype=np.float32)
+        out_found = np.zeros(count, dtype=np.int64)  # the kernel's count of hits per query
+        terms = self._query_terms(queries)
+        decoded = self._decoded_postings() if self.term_at_a_time else None
+        if decoded is not None:
+            kernel, arguments = term_at_a_time_kernel, (*decoded, self.num_docs, *terms, k)
+        else:
+            kernel, arguments = _search_kernel, (*self._arrays, *terms, k, self.seed_from_blocks)
+        size = _job_size(count, self.threads)
+        if size >= count:  # one job: no hand-off (a single query, or one thread)
+            kernel(*arguments, 0, count, out_docs, out_scores, out_found)
+        else:
+            self._run_jobs_in_threads(kernel, arguments, count, size, out_docs, out_scores, out_found)
+        return [(out_docs[i, :n], out_scores[i, :n]) for i, n in enumerate(out_found.tolist())]
+
+    def _query_terms(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The kernel's view of ``queries``: term ids and weights of query ``q`` at ``qptr[q]:qptr[q + 1]``."""
         analysed = self.analyzer.analyze_many(queries)
         ids = iter(self.terms.ids([term for terms in analysed for term in terms]))  # all looked up at once
         qptr = [0]
@@ -414,37 +395,38 @@ class NativeEngine:
             qterms.extend(weights)
             qweights.extend(weights.values())
             qptr.append(len(qterms))
-        out_docs = np.full((len(queries), k), -1, dtype=np.int64)
-        out_scores = np.zeros((len(queries), k), dtype=np.float32)
-        arguments = (
-            *self._arrays,
+        return (
             np.asarray(qptr, dtype=np.int64),
             np.asarray(qterms, dtype=np.int64),
             np.asarray(qweights, dtype=np.float64),
-            k,
-            self.seed_from_blocks,
         )
-        count = len(queries)
-        size = _job_size(count, self.threads)
+
+    def _decoded_postings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Every posting with its impact, decoded once (two threads' first searches may both decode: harmless)."""
+        if self._decoded is None:
+            data, term_blocks, _, block_offset, _, idf, norms, norm_cache, _ = self._arrays
+            decoded = decode_all(data, term_blocks, block_offset, idf, norms, norm_cache)
+            if len(decoded[2]) and not decoded[2].min() > 0:  # the kernel's "not yet touched" test needs them > 0
+                self.term_at_a_time = False
+                return None
+            self._decoded = decoded
+        return self._decoded
+
+    def _run_jobs_in_threads(self, kernel, arguments, count, size, out_docs, out_scores, out_found) -> None:
+        """Run the batch's jobs on this thread and the helper threads, each taking the next job as it comes free."""
         pending = collections.deque(range(0, count, size))  # job starts; popleft is thread-safe
 
         def run_jobs() -> None:
-            while True:
+            while pending:
                 try:
                     start = pending.popleft()
-                except IndexError:  # no job left
+                except IndexError:  # another thread took the last job
                     return
-                _search_kernel(*arguments, start, min(start + size, count), out_docs, out_scores)
+                kernel(*arguments, start, min(start + size, count), out_docs, out_scores, out_found)
 
-        spare = min(self.threads, len(pending)) - 1  # threads beside this one that would find a job
-        helpers = []
-        if spare > 0:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self.threads - 1, thread_name_prefix="bm25-native")
-            helpers = [self._pool.submit(run_jobs) for _ in range(spare)]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.threads - 1, thread_name_prefix="bm25-native")
+        helpers = [self._pool.submit(run_jobs) for _ in range(min(self.threads, len(pending)) - 1)]
         run_jobs()
         for helper in helpers:
             helper.result()
-        # A row is best-first with its unfilled slots (-1) at the end: slices, counted in one pass for the batch.
-        found = np.count_nonzero(out_docs >= 0, axis=1).tolist()
-        return [(out_docs[i, :n], out_scores[i, :n]) for i, n in enumerate(found)]
