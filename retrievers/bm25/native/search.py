@@ -4,8 +4,10 @@ Searching memory-maps the index, its term dictionary included (:mod:`.term_looku
 the highest score bound (rare terms) down; once the bounds of the terms left add up to less than the current
 ``k``-th best score, no passage holding only those terms can still reach the top ``k``, so only the remaining
 (essential) lists are walked and the long, common-term lists are probed for the surviving candidates, skipping
-every block that holds none (MaxScore with block skipping; results stay exact). Batches run in threads over the
-queries (the kernel releases the GIL). Terms come from
+every block that holds none (MaxScore with block skipping; results stay exact). A small index, where no list is
+long enough for skipping to pay, is searched term at a time instead (:mod:`.term_at_a_time`), with the same
+impacts, heap and ties (:mod:`.heap`). Batches run in threads over the queries (the kernels release the GIL). Terms
+come from
 :class:`~searchenv.retrievers.bm25.analyzer.EnglishAnalyzer` (a copy of Anserini's analyzer) and scores follow
 Lucene's arithmetic (:mod:`.index_format`). Ties go to the lower position.
 """

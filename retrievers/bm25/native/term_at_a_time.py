@@ -1,11 +1,11 @@
-"""Small indexes, scored term at a time: every posting decoded once, when the index is opened, beside its impact.
+"""Small indexes, scored term at a time: every posting decoded once, on the first search, beside its impact.
 
 Why two ways to search one index: the MaxScore walk of :mod:`.search` wins by *not* reading most of a long list,
 and in a small corpus no list is long. On ``union.jsonl`` (19.6k passages) a query reads ~23 blocks and scores
 ~700 candidates, yet the walk's per-document bookkeeping (the smallest cursor, the probes, the bounds) cost
 55 µs a query, while bm25s, which only adds ready-made scores into one accumulator, took 45 µs. So an index of at
-most :data:`TERM_AT_A_TIME_POSTINGS` postings is decoded whole when opened (8 bytes a posting: the passage as
-int32 and Lucene's float32 impact), and a query adds each of its terms' impacts into one accumulator per passage,
+most :data:`TERM_AT_A_TIME_POSTINGS` postings is decoded whole on its first search (8 bytes a posting: the passage
+as int32 and Lucene's float32 impact), and a query adds each of its terms' impacts into one accumulator per passage,
 then keeps the top ``k`` with the walk's heap and tie rule (the lower position wins a tie). Impacts come from
 :func:`.postings.impact`, the rule the index's block bounds were written with; a passage's score is the same
 float32 impacts summed in double, so both ways agree (``tests/test_bm25.py`` checks it on 300 NQ questions).
@@ -21,10 +21,12 @@ from searchenv.retrievers.bm25.native.postings import BLOCK, decode_block, impac
 
 __all__ = ["TERM_AT_A_TIME_POSTINGS", "decode_all", "term_at_a_time_kernel"]
 
-#: Indexes of at most this many postings (~40 MB decoded, a corpus of ~100k short passages) are searched term at a
-#: time. At 19.6k passages term at a time is 3× faster than the walk (docs/benchmarks.md); larger corpora have
-#: the long lists the walk skips.
-TERM_AT_A_TIME_POSTINGS = 5_000_000
+#: Indexes of at most this many postings (16 MB decoded; ~40k Wikipedia passages) are searched term at a time.
+#: Measured per query, one thread (docs/benchmarks.md): on union.jsonl (19.6k Wikipedia passages, 0.95M postings,
+#: NQ questions) term at a time is 1.4-2.3x faster than the walk in every band of query length; on the generated
+#: world, whose templated passages let the walk prune early, it is even with the walk at 20k passages (1.2M
+#: postings) and 0.5-0.8x from 40k (2.3M) up, where the walk's skipping pays.
+TERM_AT_A_TIME_POSTINGS = 2_000_000
 
 
 @njit(cache=True)
