@@ -14,7 +14,8 @@ A step has three phases, kept apart so that a batch can run each phase for every
    its own episode's.
 3. *Outcome* (:func:`step_outcome`), then *apply* (:func:`apply_outcome`): the new turn, observation, info
    and, on the terminal step, the reward are computed first and only then written to the episode, so a reward
-   spec that raises leaves every episode of the batch as it was.
+   spec that raises leaves every episode of the batch as it was. The reward comes from :func:`score_outcomes`,
+   which scores the episodes a batch ends together (a spec's ``score_batch``, when it has one).
 """
 
 from __future__ import annotations
