@@ -265,8 +265,9 @@ def audit_reward(
         reward: a reward spec name (see :data:`~searchenv.reward_specs.REWARD_SPECS`), a spec file or a mapping.
         protocol: the tags the policies write; ``None`` picks the spec's own (:data:`SPEC_PROTOCOLS`, else
             ``search-r1``). Only tag protocols can be scripted.
-        reward_options: overrides for the spec's parameters (``r-search`` gets ``answerer`` =
-            :data:`DEFAULT_ANSWERER` unless given one here).
+        reward_options: overrides for the spec's parameters. ``judge`` needs its ``model`` here or in a spec file
+            (a local checkpoint or alias such as ``smollm2-135m``, or with ``url`` the served name); ``r-search``
+            gets ``answerer`` = :data:`DEFAULT_ANSWERER` unless given one here.
         The other arguments are :class:`~searchenv.env.SearchQAEnv`'s.
     """
     from searchenv.components import build_reward
