@@ -9,7 +9,13 @@ import pytest
 
 from searchenv import SearchQAEnv
 from searchenv.episode import METRIC_NAMES
-from searchenv.episode.health import HEALTH_METRICS, count_repeated_queries, repetition_ratio, think_text
+from searchenv.episode.health import (
+    HEALTH_METRICS,
+    count_passages,
+    count_repeated_queries,
+    repetition_ratio,
+    think_text,
+)
 from searchenv.evaluation.report import markdown_report, summarize
 from searchenv.reward_specs import Rollout
 
@@ -40,16 +46,53 @@ def test_every_episode_reports_its_health() -> None:
     assert metrics["passages_read"] == 6.0  # three shown per search
 
 
-def test_the_text_path_reads_the_same_thinking_but_no_passages() -> None:
+def test_the_text_path_reads_the_same_thinking_and_passages() -> None:
     env = SearchQAEnv(retriever="random", topk=3, max_turns=5)
     env.reset(seed=2)
     env.step(f"{LOOP}<search>q</search>")
     env.step("<answer>Paris</answer>")
     played = env.episode.facts
     read = Rollout.from_text(env.episode.response_text, ["Paris"], trust_transcript=True).facts
-    assert read == played  # passages_read is not compared: a transcript cannot say what its blocks held
+    assert read == played  # passages_read compared too
     assert (read.think_words, read.answer_words, read.num_searches) == (40, 1, 1)
-    assert (played.passages_read, read.passages_read) == (3, 0)
+    assert (played.passages_read, read.passages_read) == (3, 3)
+    untrusted = Rollout.from_text(env.episode.response_text, ["Paris"]).facts
+    assert (untrusted.num_searches, untrusted.passages_read) == (0, 0)  # uncredited blocks: no search, no passage
+
+
+@pytest.mark.parametrize("protocol", ["search-r1", "r1-searcher", "tool-call"])
+def test_both_paths_count_the_passages_each_search_showed(protocol) -> None:
+    """Real BM25 episodes on the world, a word budget that drops and cuts passages: every path counts what the
+    environment showed (its shown ids), from the transcript alone."""
+    env = SearchQAEnv(retriever="bm25", topk=5, max_turns=4, max_information_words=180, protocol=protocol)
+    _, info = env.reset(options={"index": 3})
+    tags = env.protocol.search_tags
+
+    def search(query: str) -> str:
+        if env.protocol.action_format == "tool-call":
+            return f'{tags[0]}{{"name": "search", "arguments": {{"query": "{query}"}}}}{tags[1]}'
+        return f"{tags[0]}{query}{tags[1]}"
+
+    env.step(search(info["question"]))
+    env.step(search("founded"))
+    env.step(search("the river"))
+    *_, step_info = env.truncate()
+    shown = sum(len(turn.shown_ids) for turn in env.episode.turns)
+    assert 3 <= shown < 15  # the budget dropped passages
+    played = env.episode.facts
+    spans = Rollout.from_segments([(s.author, s.text) for s in env.episode.segments], ["x"], env.protocol)
+    trusted = Rollout.from_text(env.episode.response_text, ["x"], env.protocol, trust_transcript=True)
+    assert played.passages_read == spans.facts.passages_read == trusted.facts.passages_read == shown
+    assert step_info["episode_metrics"]["passages_read"] == float(shown)
+
+
+def test_passages_are_counted_by_the_rank_headers() -> None:
+    template = "Doc {rank}(Title: {title}) {text}\n"
+    assert count_passages("", template) == 0
+    assert count_passages("Doc 1(Title: A) x\nDoc 2(Title: B) y", template) == 2
+    assert count_passages("Doc 1(Title: A) see Doc 1(Title: A) again", template) == 1  # a rank counts once
+    assert count_passages("[1] A: x\n[2] B: y\n[3] C: z", "[{rank}] {title}: {text}\n") == 3
+    assert count_passages("A: x\nB: y", "{title}: {text}\n") is None  # nothing to count by: missing, not 0
 
 
 def _record(dataset: str, searches: int, think: float) -> dict:

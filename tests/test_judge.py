@@ -4,12 +4,14 @@ failure rules (fast), a dead URL whose fallback is counted."""
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 
 import gymnasium as gym
 import pytest
 from servers import free_port, openai_chat_app, serve_in_thread
 
+from searchenv import SearchQAEnv
 from searchenv.evaluation.judge import LLMJudge
 from searchenv.reward_specs import REWARD_SPECS, Rollout, load_reward
 from searchenv.reward_specs.judging.prompt import ACC_L_PROMPT, check_prompt, judge_prompt, parse_verdict
@@ -89,6 +91,99 @@ def test_the_env_logs_the_verdict_as_a_reward_part() -> None:
             _, reward, terminated, _, info = env.step("<answer>anything at all</answer>")
     assert terminated and reward == 1.0 and info["reward_parts"]["judge"] == 1.0
     assert info["episode_metrics"]["reward/judge_fallback"] == 0.0
+
+
+class InFlight:
+    """An ASGI wrapper that holds every request a moment and records the most that were in flight at once: requests
+    sent one by one never overlap, those of one concurrent batch do."""
+
+    def __init__(self, app, hold: float = 0.3):
+        self.app, self.hold, self.now, self.peak, self.count = app, hold, 0, 0, 0
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        self.now, self.count = self.now + 1, self.count + 1
+        self.peak = max(self.peak, self.now)
+        try:
+            await asyncio.sleep(self.hold)
+            await self.app(scope, receive, send)
+        finally:
+            self.now -= 1
+
+
+def _verdict(prompt: str) -> str | int:
+    if "Predicted answer: broken" in prompt:
+        return 400  # this episode's judgement fails: it alone falls back to EM
+    return "yes" if "Predicted answer: right" in prompt else "no"
+
+
+def _row(batched: dict, i: int) -> dict:
+    """Episode ``i``'s entries of a vector env's info dict (Gymnasium adds ``_key`` masks beside each key)."""
+    return {k: float(v[i]) for k, v in batched.items() if not k.startswith("_")}
+
+
+def test_a_vector_env_judges_the_episodes_a_step_ends_in_one_concurrent_batch() -> None:
+    actions = [
+        ["<answer>right</answer>", "<answer>ignored: autoreset</answer>"],
+        ["<answer>wrong</answer>", "<answer>ignored: autoreset</answer>"],
+        ["<answer>broken</answer>", "<answer>ignored: autoreset</answer>"],
+        ["<search>the abbey</search>", "<answer>right</answer>"],
+    ]
+    server = InFlight(openai_chat_app(_verdict))
+    with serve_in_thread(server) as url:
+        options = {"base": "judge", "url": url, "model": "m", "retries": 0}
+        batched = load_reward(options)
+        asks: list[int] = []
+        ask = batched._judge.prompter.ask
+        batched._judge.prompter.ask = lambda prompts, stops: asks.append(len(prompts)) or ask(prompts, stops)
+        envs = gym.make_vec("SearchQA-v0", num_envs=4, retriever="random", reward=batched)
+        envs.reset(seed=10)
+        _, first, ended, _, info = envs.step([a[0] for a in actions])
+        assert list(ended) == [True, True, True, False]
+        assert (asks, server.count, server.peak) == ([3], 3, 3)  # the three that ended: one concurrent batch
+        parts = [_row(info["reward_parts"], i) for i in range(3)]
+        _, second, ended, _, info = envs.step([a[1] for a in actions])
+        assert ended[3] and asks == [3, 1]
+        batch_rewards = [*first[:3], second[3]]
+        parts.append(_row(info["reward_parts"], 3))
+        envs.close()
+
+        alone, server.peak = load_reward(options), 0  # the one-at-a-time path, with a judge of its own (no cache)
+        for i, episode in enumerate(actions):
+            env = SearchQAEnv(retriever="random", reward=alone)
+            env.reset(seed=10 + i)
+            steps = episode[:1] if i < 3 else episode
+            *_, (_, reward, _, _, step_info) = [env.step(a) for a in steps]
+            assert reward == batch_rewards[i] and step_info["reward_parts"] == parts[i]
+        assert server.peak == 1
+    assert [p["judge"] for p in parts] == [1.0, 0.0, 0.0, 1.0]
+    assert [p["judge_fallback"] for p in parts] == [0.0, 0.0, 1.0, 0.0]  # the failed call fell back alone
+
+
+def _lenient(prompt: str) -> str:
+    """A lenient judge: yes when the prediction contains a gold answer (what a weak model tends to say)."""
+    golds = prompt.split("Gold answers: ", 1)[1].split("\n", 1)[0].split(" | ")
+    prediction = prompt.split("Predicted answer: ", 1)[1].rsplit("\nCorrect", 1)[0]
+    return "yes" if any(g.lower() in prediction.lower() for g in golds) else "no"
+
+
+def test_the_audit_judges_each_policy_in_one_concurrent_batch() -> None:
+    from searchenv.evaluation.reward_audit import audit_reward
+
+    server = InFlight(openai_chat_app(_lenient), hold=0.05)
+    with serve_in_thread(server) as url:
+        spec = load_reward("judge", url=url, model="m", retries=0)
+        asks: list[int] = []
+        ask = spec._judge.prompter.ask
+        spec._judge.prompter.ask = lambda prompts, stops: asks.append(len(prompts)) or ask(prompts, stops)
+        table = audit_reward(spec, limit=4)
+    rows = {row.policy.name: row for row in table.rows}
+    judged = [name for name in rows if name not in ("empty", "answer-in-think")]  # no answer: 0 without asking
+    assert asks == [4] * len(judged) and server.peak == 4  # one batch of the four questions per policy
+    assert rows["oracle"].mean_reward == 1.0 and rows["honest-wrong"].mean_reward == 0.0
+    assert {"stuffing", "over-long"} <= set(table.exploits)  # a lenient judge pays answers that hold the gold
+    assert all(row.judge_fallbacks == 0 for row in table.rows) and "judge fallbacks" in table.markdown()
 
 
 def test_eval_judge_leaves_an_unjudged_record_out() -> None:

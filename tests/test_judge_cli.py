@@ -55,3 +55,19 @@ def test_eval_takes_a_simulated_engine_and_the_judge_reward(tmp_path) -> None:
     assert all(r["reward_parts"]["judge_fallback"] == 0.0 and r["em"] == 0.0 for r in records)
     assert all(r["think_words"] == 0.0 and r["answer_words"] == 1.0 for r in records)
     assert "search rate" in (out / "report.md").read_text()
+
+
+def test_audit_reward_takes_the_judge_as_reward_options_or_a_spec_file(capsys, tmp_path) -> None:
+    spec = tmp_path / "judge.json"
+    with serve_in_thread(openai_chat_app(lambda prompt: "no")) as url:
+        args = ["audit-reward", "judge", "--limit", "2", "--reward-option", f"url={url}"]
+        assert main([*args, "--reward-option", "model=judge", "--reward-option", "retries=0"]) == 0
+        out = capsys.readouterr().out
+        spec.write_text(json.dumps({"base": "judge", "url": url, "model": "judge", "retries": 0}))
+        assert main(["audit-reward", str(spec), "--limit", "2"]) == 0
+        from_file = capsys.readouterr().out
+    assert "reward `judge`" in out and "| oracle |" in out and "judge fallbacks" in out
+    assert "no hack earns more" in out  # a judge that always says no pays nothing
+    assert "judge fallbacks" in from_file and "| oracle | searches the question, answers the gold | 0.000" in from_file
+    assert main(["audit-reward", "judge", "--limit", "2"]) != 0  # no judge given: refused, naming 'model'
+    assert "needs 'model'" in capsys.readouterr().err

@@ -29,6 +29,7 @@ __all__ = [
     "env_kwargs",
     "key_value",
     "make_env",
+    "merge_options",
     "non_negative_int",
     "positive_int",
     "run_handler",
@@ -218,7 +219,8 @@ def add_index_path_argument(parser: argparse.ArgumentParser | argparse._Argument
     parser.add_argument("--index-path", default=None, help="prebuilt faiss index file for the dense engines")
 
 
-def _options(pairs: Sequence[tuple[str, Any]], what: str) -> dict[str, Any]:
+def merge_options(pairs: Sequence[tuple[str, Any]], what: str) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as a dict; a key given twice with different values is refused, naming ``what``."""
     options: dict[str, Any] = {}
     for key, value in pairs:
         if key in options and options[key] != value:
@@ -233,7 +235,7 @@ def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     Raises ``ValueError`` (or ``FileNotFoundError``/``ImportError``) naming the bad option; no corpus, index or
     model has been touched when it does.
     """
-    retriever_options = _options(args.retriever_option, "--retriever-option")
+    retriever_options = merge_options(args.retriever_option, "--retriever-option")
     for flag in ("engine", "encoder", "index_dir", "index_path"):
         value = getattr(args, flag)
         if value is None:
@@ -241,7 +243,7 @@ def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         if flag in retriever_options and retriever_options[flag] != value:
             raise ValueError(f"--{flag.replace('_', '-')} and --retriever-option {flag}=... disagree; give one")
         retriever_options[flag] = value
-    reward_options = _options(args.reward_option, "--reward-option")
+    reward_options = merge_options(args.reward_option, "--reward-option")
     reward: Any = {"base": args.reward, **reward_options} if reward_options else args.reward
     built = {"reward": reward, "retriever_options": retriever_options}
     kwargs = {name: built[name] if name in built else getattr(args, name) for name in ENV_ARGUMENT_NAMES}

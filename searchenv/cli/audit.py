@@ -9,7 +9,7 @@ import argparse
 import json
 from typing import Any
 
-from searchenv.cli.arguments import add_dataset_arguments, positive_int
+from searchenv.cli.arguments import add_dataset_arguments, key_value, merge_options, positive_int
 from searchenv.cli.parsers import HelpFormatter
 from searchenv.env.defaults import env_default
 
@@ -37,10 +37,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--protocol", default=None, help="tags the policies write (default: the spec's own, else search-r1)"
     )
     audit.add_argument(
+        "--reward-option",
+        action="append",
+        type=key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of the reward spec, repeatable; the judge needs its model: model=smollm2-135m (or a "
+        "checkpoint folder), or url=http://HOST:PORT model=NAME (an OpenAI-compatible server)",
+    )
+    audit.add_argument(
         "--reward-options",
         type=json.loads,
         default=None,
-        help="JSON overrides of the spec's parameters, e.g. '{\"lambda_f\": 0.4}'",
+        help="JSON overrides of the spec's parameters, e.g. '{\"lambda_f\": 0.4}' (merged with --reward-option)",
     )
     audit.set_defaults(handler=run_audit)
     return audit
@@ -50,6 +59,7 @@ def run_audit(args: argparse.Namespace) -> int:
     """Print the audit table; exit status 0 whatever the verdict (the table is the result)."""
     from searchenv.evaluation.reward_audit import audit_reward
 
+    options = merge_options([*(args.reward_options or {}).items(), *args.reward_option], "--reward-option")
     table = audit_reward(
         args.spec,
         dataset=args.dataset,
@@ -60,7 +70,7 @@ def run_audit(args: argparse.Namespace) -> int:
         limit=args.limit,
         max_turns=args.max_turns,
         protocol=args.protocol,
-        reward_options=args.reward_options,
+        reward_options=options,
     )
     print(table.markdown())
     exploits = table.exploits

@@ -14,7 +14,8 @@ A step has three phases, kept apart so that a batch can run each phase for every
    its own episode's.
 3. *Outcome* (:func:`step_outcome`), then *apply* (:func:`apply_outcome`): the new turn, observation, info
    and, on the terminal step, the reward are computed first and only then written to the episode, so a reward
-   spec that raises leaves every episode of the batch as it was.
+   spec that raises leaves every episode of the batch as it was. The reward comes from :func:`score_outcomes`,
+   which scores the episodes a batch ends together (a spec's ``score_batch``, when it has one).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ __all__ = [
     "isolates",
     "read_search",
     "run_search",
+    "score_outcomes",
     "service_down",
     "search_options",
     "step_outcome",
@@ -121,6 +123,7 @@ class StepOutcome:
     reward: RewardResult | None
     facts: Facts | None  # the episode's facts after this step, on the terminal step
     info: dict[str, Any]
+    rollout: Rollout | None = None  # what the terminal step is scored on (see score_outcomes)
 
 
 def plan_step(rules: StepRules, episode: Episode, action: object) -> StepPlan:
@@ -411,13 +414,19 @@ def _message(error: BaseException) -> str:
 
 
 def step_outcome(
-    rules: StepRules, episode: Episode, plan: StepPlan, found: Sequence[Passage] | Document | str | None
+    rules: StepRules,
+    episode: Episode,
+    plan: StepPlan,
+    found: Sequence[Passage] | Document | str | None,
+    *,
+    score: bool = True,
 ) -> StepOutcome:
     """What the step does to the episode — its new turn, observation, reward and info — not yet applied.
 
     ``found`` is what :func:`read_search` made of the planned query's search: its passages, or the message of
     the failure (for an open, what :func:`read_open` made of it: the document, or the message); ``None`` when
-    the plan runs nothing.
+    the plan runs nothing. ``score=False`` leaves a terminal outcome's reward to :func:`score_outcomes`, so a
+    batch scores all the episodes it ends together.
     """
     parsed = plan.parsed
     info: dict[str, Any] = {"action": parsed.kind, "query": None, "passage_ids": [], "dropped_text": parsed.dropped}
@@ -446,8 +455,36 @@ def step_outcome(
     truncated = plan.final and parsed.kind != "answer"
     if parsed.kind == "answer" or truncated:
         rollout = Rollout.of_episode(episode, (*episode.turns, turn))
-        return StepOutcome(turn, truncated, rules.reward_spec(rollout), rollout.facts, info)
+        outcome = StepOutcome(turn, truncated, None, rollout.facts, info, rollout)
+        if score:
+            score_outcomes([rules.reward_spec], [outcome])
+        return outcome
     return StepOutcome(turn, False, None, None, info)
+
+
+def score_outcomes(specs: Sequence[Callable[[Rollout], RewardResult]], outcomes: Sequence[StepOutcome]) -> None:
+    """Give every terminal outcome its reward: ``specs[i]`` scores ``outcomes[i]``; the one place a finished
+    episode is scored, for a single step and for a batch alike.
+
+    Outcomes that share a spec are scored together: a spec with ``score_batch(rollouts)`` (the LLM judge) gets
+    them in one call, so a batch's judgements go out concurrently; any other spec is called once per rollout.
+    Every reward is computed before any is written, so a spec that raises leaves every outcome unscored.
+    """
+    groups: dict[int, list[int]] = {}
+    for i, outcome in enumerate(outcomes):
+        if outcome.rollout is not None and outcome.reward is None:
+            groups.setdefault(id(specs[i]), []).append(i)
+    scored: list[tuple[int, RewardResult]] = []
+    for group in groups.values():
+        spec = specs[group[0]]
+        rollouts = [outcomes[i].rollout for i in group]
+        score_batch = getattr(spec, "score_batch", None)
+        results = list(score_batch(rollouts)) if callable(score_batch) else [spec(r) for r in rollouts]  # type: ignore[arg-type]
+        if len(results) != len(group):
+            raise TypeError(f"{spec!r}.score_batch returned {len(results)} results for {len(group)} rollouts")
+        scored += zip(group, results)
+    for i, result in scored:
+        outcomes[i].reward = result
 
 
 def _open_turn(rules: StepRules, plan: StepPlan, found: Document | object, info: dict[str, Any]) -> Turn:

@@ -7,8 +7,9 @@ before any episode changes. *Search*: the pending queries are grouped by (retrie
 ``Retriever.search`` call (``asearch`` for the async variant); only a call that fails is searched again, in
 halves, to find the queries that fail. *Outcome*, then *apply*: each episode's new
 turn, observation and, on the terminal step, its reward are computed for the whole batch and only then
-applied. So a step either happens to every episode of the batch or to none of them, and a trainer that
-retries a failed batch never counts an action twice.
+applied; the episodes the step ends are scored together (one ``score_batch`` call per reward spec that has one,
+:func:`~searchenv.env.step_rules.score_outcomes`). So a step either happens to every episode of the batch or
+to none of them, and a trainer that retries a failed batch never counts an action twice.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from searchenv.env.step_rules import (
     plan_step,
     run_open,
     run_search,
+    score_outcomes,
     step_outcome,
 )
 
@@ -131,5 +133,11 @@ def _raises(envs: Sequence[SearchQAEnv], group: list[int]) -> bool:
 
 
 def _apply_all(envs: Sequence[SearchQAEnv], plans: Sequence[StepPlan], found: dict[int, Found]) -> list[StepResult]:
-    outcomes = [step_outcome(env, env.episode, plan, found.get(i)) for i, (env, plan) in enumerate(zip(envs, plans))]
+    """Every outcome, the episodes this step ends scored together (one ``score_batch`` call per reward spec that
+    has one: the judge's requests for the batch go out concurrently), then all applied."""
+    outcomes = [
+        step_outcome(env, env.episode, plan, found.get(i), score=False)
+        for i, (env, plan) in enumerate(zip(envs, plans))
+    ]
+    score_outcomes([env.reward_spec for env in envs], outcomes)
     return [env.apply_step(outcome) for env, outcome in zip(envs, outcomes)]

@@ -146,7 +146,8 @@ def metrics_of(
     ``reward``, the counts (``num_actions``, ``num_searches``, ``num_failed_searches``, ``num_invalid``,
     ``num_opens``, ``num_failed_opens``), ``response_words``, the reasoning-health numbers (``think_words``,
     ``think_repetition``: the share of repeated word 4-grams in the think text, ``answer_words``,
-    ``duplicate_search_rate``: the share of searches that repeat an earlier query, ``passages_read``), then
+    ``duplicate_search_rate``: the share of searches that repeat an earlier query, ``passages_read``: NaN when
+    the protocol's passage template cannot be counted), then
     ``end_reason/<reason>`` for every :data:`EndReason` — 1.0 for the reason the episode ended, 0.0 for the others
     (all 0.0 while it runs), so that a batch mean (:func:`aggregate_metrics`) is the share of episodes that ended
     that way — then one ``reward/<part>`` per reward part. Every value is a float, so the dict goes as it is into a
@@ -166,7 +167,7 @@ def metrics_of(
         "think_repetition": float(record.think_repetition),
         "answer_words": float(record.answer_words),
         "duplicate_search_rate": record.num_repeated_searches / record.num_searches if record.num_searches else 0.0,
-        "passages_read": float(record.passages_read),
+        "passages_read": float("nan") if record.passages_read is None else float(record.passages_read),
         **{f"end_reason/{reason}": float(reason == end_reason) for reason in END_REASONS},
         **{f"reward/{k}": float(v) for k, v in reward_parts.items()},
     }

@@ -1,5 +1,5 @@
 """Reasoning-health measurements of one episode's text: how long the model thought, how much of its thinking
-repeats itself, how long its answer is, how often it searched for the same thing twice.
+repeats itself, how long its answer is, how often it searched for the same thing twice, how many passages it was shown.
 
 A reasoning channel can collapse (empty, or one phrase looped) while the reward still looks fine; these numbers
 show it in every episode's metrics (:func:`searchenv.episode.episode.metrics_of`). They are read from the
@@ -12,7 +12,14 @@ from collections.abc import Iterable, Sequence
 
 from searchenv.protocol.scan import TagScanner
 
-__all__ = ["HEALTH_METRICS", "REPEAT_NGRAM", "count_repeated_queries", "repetition_ratio", "think_text"]
+__all__ = [
+    "HEALTH_METRICS",
+    "REPEAT_NGRAM",
+    "count_passages",
+    "count_repeated_queries",
+    "repetition_ratio",
+    "think_text",
+]
 
 #: The reasoning-health metric names in every episode's metrics (see :func:`searchenv.episode.episode.metrics_of`).
 HEALTH_METRICS: tuple[str, ...] = (
@@ -53,3 +60,25 @@ def count_repeated_queries(queries: Sequence[str]) -> int:
     """How many queries repeat an earlier one of the same episode (case and spacing ignored)."""
     keys = [" ".join(q.lower().split()) for q in queries]
     return len(keys) - len(set(keys))
+
+
+def count_passages(body: str, passage_template: str) -> int | None:
+    """How many passages an information block's ``body`` shows, read from the text the model saw.
+
+    The environment writes passage ``i`` with the protocol's ``passage_template``, whose rank field makes a header
+    per passage (``Doc 1(Title: ``, ``Doc 2(Title: ``, … in Search-R1's layout); the count is how many of the
+    headers 1, 2, … follow one another in the block. Both paths count this way — the environment's episode and a
+    transcript read back as text — so they agree on every transcript. A passage whose own text holds the next
+    header is not told apart from it (a corpus rarely writes ``Doc 2(Title:``). ``None`` when the template has
+    no ``{rank}`` field: its passages cannot be told apart, so the number is missing rather than guessed.
+    """
+    before, rank, after = passage_template.partition("{rank}")
+    if not rank:
+        return None
+    after = after.split("{", 1)[0]  # the literal text up to the next field: "(Title: "
+    count, position = 0, 0
+    while True:
+        found = body.find(f"{before}{count + 1}{after}", position)
+        if found < 0:
+            return count
+        count, position = count + 1, found + 1

@@ -193,7 +193,12 @@ class RewardResult(NamedTuple):
 
 @runtime_checkable
 class RewardSpec(TypingProtocol):
-    """A reward: a name and a call from :class:`Rollout` to :class:`RewardResult`."""
+    """A reward: a name and a call from :class:`Rollout` to :class:`RewardResult`.
+
+    A spec may also have ``score_batch(rollouts) -> list[RewardResult]`` (one result per rollout, in order, each
+    equal to what the call gives alone): the environment then scores the episodes that end in the same batch step
+    in one call (:func:`searchenv.env.step_rules.score_outcomes`), as the LLM judge needs to ask concurrently.
+    """
 
     name: str
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from searchenv.episode.health import count_repeated_queries, repetition_ratio, think_text
+from searchenv.episode.health import count_passages, count_repeated_queries, repetition_ratio, think_text
 from searchenv.protocol import ParsedAction, Protocol
 from searchenv.types import Passage
 
@@ -98,8 +98,9 @@ class Facts:
             4-grams that repeat an earlier one (:mod:`searchenv.episode.health`).
         answer_words: words of the prediction (0 without one).
         num_repeated_searches: credited searches whose query repeats an earlier credited one.
-        passages_read: passages shown after credited searches (environment path only: a transcript does not
-            say which passages its information blocks held, so the text path reads 0).
+        passages_read: passages shown after credited searches, counted in the information blocks as the model
+            saw them (:func:`~searchenv.episode.health.count_passages`), so the environment and the text path
+            agree; ``None`` when the protocol's passage template has no ``{rank}`` to count by.
     """
 
     # The turns are what the facts were read from, not facts: the text path cannot know the passages an
@@ -121,7 +122,7 @@ class Facts:
     think_repetition: float
     answer_words: int
     num_repeated_searches: int
-    passages_read: int = field(compare=False)
+    passages_read: int | None
 
     @classmethod
     def of(cls, turns: Sequence[Turn], protocol: Protocol, *, credit_searches: bool = True) -> Facts:
@@ -153,8 +154,15 @@ class Facts:
             think_repetition=repetition_ratio(thought),
             answer_words=len(prediction.split()) if prediction else 0,
             num_repeated_searches=count_repeated_queries([t.action.content or "" for t in searches]),
-            passages_read=sum(len(t.shown_ids) for t in searches),
+            passages_read=_passages_read(searches, protocol),
         )
+
+
+def _passages_read(searches: Sequence[Turn], protocol: Protocol) -> int | None:
+    """The passages of every search's information block, by the one counting rule of both paths."""
+    template = protocol.passage_template
+    counts = [count_passages(protocol.information_body(t.observation) or "", template) for t in searches]
+    return None if None in counts else sum(counts)  # type: ignore[arg-type]
 
 
 def facts(turns: Sequence[Turn], protocol: Protocol, *, credit_searches: bool = True) -> Facts:

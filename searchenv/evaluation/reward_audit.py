@@ -18,9 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from searchenv.env.search_qa import SearchQAEnv
+from searchenv.env.stepping import step_batch
 from searchenv.protocol import Protocol, get_protocol
 from searchenv.reward_specs.metrics import normalised_golds
 from searchenv.types import QAExample
@@ -151,12 +152,18 @@ POLICIES: tuple[Policy, ...] = (
 
 @dataclass(frozen=True)
 class AuditRow:
-    """One policy's mean reward, mean searches, and whether it beats the honest wrong answer."""
+    """One policy's mean reward, mean searches, and whether it beats the honest wrong answer.
+
+    ``judge_fallbacks``: for a judge reward, how many of the policy's episodes the judge gave no verdict for (the
+    endpoint failed, or the reply was neither yes nor no), so that ``metric`` decided them; ``None`` for a spec
+    without a judge. The table shows it, so a dead judge never passes for a judged audit.
+    """
 
     policy: Policy
     mean_reward: float
     mean_searches: float
     exploitable: bool
+    judge_fallbacks: int | None = None
 
 
 @dataclass(frozen=True)
@@ -176,17 +183,19 @@ class AuditTable:
 
     def markdown(self) -> str:
         """The table as markdown, headed by what was audited."""
+        judged = any(row.judge_fallbacks is not None for row in self.rows)
         lines = [
             f"reward `{self.reward}`, protocol `{self.protocol}`, {self.episodes} questions of `{self.dataset}`",
             "",
-            "| policy | what it does | mean reward | searches | verdict |",
-            "|---|---|---:|---:|---|",
+            "| policy | what it does | mean reward | searches | verdict |" + (" judge fallbacks |" if judged else ""),
+            "|---|---|---:|---:|---|" + ("---:|" if judged else ""),
         ]
         for row in self.rows:
             verdict = "EXPLOITABLE" if row.exploitable else ("baseline" if not row.policy.hack else "ok")
+            fallbacks = f" {row.judge_fallbacks} |" if judged else ""
             lines.append(
                 f"| {row.policy.name} | {row.policy.description} | {row.mean_reward:.3f} | "
-                f"{row.mean_searches:.2f} | {verdict} |"
+                f"{row.mean_searches:.2f} | {verdict} |{fallbacks}"
             )
         return "\n".join(lines)
 
@@ -202,15 +211,37 @@ def _wrong_answer(examples: Sequence[QAExample], index: int) -> str:
     return "no answer"
 
 
-def _play(env: SearchQAEnv, policy: Policy, index: int, wrong: str) -> tuple[float, int]:
-    _, info = env.reset(options={"index": index})
-    seen = Seen(env.protocol, info["question"], info["golden_answers"][0], wrong)
-    while True:
-        seen.actions_left = env.action_limit - len(seen.observations)
-        observation, reward, terminated, truncated, step_info = env.step(policy.act(seen))
-        if terminated or truncated:
-            return float(reward), int(step_info["num_searches"])
-        seen.observations.append(observation)
+class _Played(NamedTuple):
+    reward: float
+    searches: int
+    judge_fallback: float | None  # reward_parts["judge_fallback"], for a judge reward
+
+
+def _play(envs: Sequence[SearchQAEnv], policy: Policy, wrongs: Sequence[str]) -> list[_Played]:
+    """``policy`` plays question ``i`` in ``envs[i]``, all episodes stepped together; what each episode came to.
+
+    Each step is one :func:`~searchenv.env.stepping.step_batch`, so the episodes a step ends are scored together —
+    a judge reward gets them in one concurrent ``score_batch`` call (every policy here ends all its episodes at
+    the same step: one judge batch per policy).
+    """
+    seen: list[Seen] = []
+    for i, env in enumerate(envs):
+        _, info = env.reset(options={"index": i})
+        seen.append(Seen(env.protocol, info["question"], info["golden_answers"][0], wrongs[i]))
+    played: dict[int, _Played] = {}
+    active = list(range(len(envs)))
+    while active:
+        for i in active:
+            seen[i].actions_left = envs[i].action_limit - len(seen[i].observations)
+        results = step_batch([envs[i] for i in active], [policy.act(seen[i]) for i in active])
+        for i, (observation, reward, terminated, truncated, info) in zip(active, results):
+            if terminated or truncated:
+                fallback = info["reward_parts"].get("judge_fallback")
+                played[i] = _Played(float(reward), int(info["num_searches"]), fallback)
+            else:
+                seen[i].observations.append(observation)
+        active = [i for i in active if i not in played]
+    return [played[i] for i in range(len(envs))]
 
 
 def audit_reward(
@@ -234,8 +265,9 @@ def audit_reward(
         reward: a reward spec name (see :data:`~searchenv.reward_specs.REWARD_SPECS`), a spec file or a mapping.
         protocol: the tags the policies write; ``None`` picks the spec's own (:data:`SPEC_PROTOCOLS`, else
             ``search-r1``). Only tag protocols can be scripted.
-        reward_options: overrides for the spec's parameters (``r-search`` gets ``answerer`` =
-            :data:`DEFAULT_ANSWERER` unless given one here).
+        reward_options: overrides for the spec's parameters. ``judge`` needs its ``model`` here or in a spec file
+            (a local checkpoint or alias such as ``smollm2-135m``, or with ``url`` the served name); ``r-search``
+            gets ``answerer`` = :data:`DEFAULT_ANSWERER` unless given one here.
         The other arguments are :class:`~searchenv.env.SearchQAEnv`'s.
     """
     from searchenv.components import build_reward
@@ -261,13 +293,24 @@ def audit_reward(
     )
     count = len(env.examples) if limit is None else min(limit, len(env.examples))
     wrongs = [_wrong_answer(env.examples, i) for i in range(count)]
-    means: list[tuple[Policy, float, float]] = []
-    for policy in policies:
-        played = [_play(env, policy, i, wrongs[i]) for i in range(count)]
-        means.append((policy, sum(r for r, _ in played) / count, sum(s for _, s in played) / count))
-    baseline = next((reward for policy, reward, _ in means if policy.name == "honest-wrong"), None)
+    envs = [env] + [env.sibling() for _ in range(count - 1)]  # one episode per question, stepped together
+    played = {policy.name: _play(envs, policy, wrongs) for policy in policies}
+    means = {name: sum(p.reward for p in episodes) / count for name, episodes in played.items()}
+    baseline = means.get("honest-wrong")
     rows = tuple(
-        AuditRow(policy, reward, searches, policy.hack and baseline is not None and reward > baseline + 1e-9)
-        for policy, reward, searches in means
+        AuditRow(
+            policy,
+            means[policy.name],
+            sum(p.searches for p in played[policy.name]) / count,
+            policy.hack and baseline is not None and means[policy.name] > baseline + 1e-9,
+            _fallbacks(played[policy.name]),
+        )
+        for policy in policies
     )
     return AuditTable(name, protocol_name, str(dataset), count, rows)
+
+
+def _fallbacks(episodes: Sequence[_Played]) -> int | None:
+    """How many episodes the judge gave no verdict for; ``None`` when the reward has no judge."""
+    parts = [p.judge_fallback for p in episodes if p.judge_fallback is not None]
+    return sum(part == 1.0 for part in parts) if parts else None
