@@ -194,34 +194,42 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(record))
 
 
-def _run_sampling_build_memory(command: list[str], built: Path) -> tuple[subprocess.CompletedProcess, float, int]:
-    """Run a child; while its build runs (until it creates ``built``), sample the RSS of its whole process tree
-    every 50 ms. Returns the finished child, the highest sum over the tree (MB) and the most processes seen.
+def _run_sampling_build_memory(
+    command: list[str], built: Path
+) -> tuple[subprocess.CompletedProcess, float, float, int]:
+    """Run a child; while its build runs (until it creates ``built``), sample the memory of its whole process tree
+    every 50 ms. Returns the finished child, the highest RSS sum and the highest PSS sum over the tree (MB), and
+    the most processes seen.
 
     Summed RSS counts pages that forked workers share with their parent more than once: an upper bound, and the
-    figure a machine's memory must hold in the worst case.
+    figure a machine's memory must hold in the worst case. Summed PSS (proportional set size: each shared page
+    split between the processes that map it) is what the build really occupies; for one process (Lucene's JVM)
+    the two are nearly equal.
     """
     import psutil
 
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak, processes = 0.0, 0
+    peak, peak_pss, processes = 0.0, 0.0, 0
     stop = threading.Event()
 
     def sample() -> None:
-        nonlocal peak, processes
+        nonlocal peak, peak_pss, processes
         root = psutil.Process(child.pid)
         while not stop.is_set() and not built.exists():
             try:
                 tree = [root, *root.children(recursive=True)]
             except psutil.NoSuchProcess:
                 return
-            total = 0
+            total = total_pss = 0
             for process in tree:
                 try:
-                    total += process.memory_info().rss
-                except psutil.NoSuchProcess:
-                    pass
-            peak, processes = max(peak, total / 2**20), max(processes, len(tree))
+                    memory = process.memory_full_info()  # reads smaps_rollup: RSS and PSS at one moment
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+                total += memory.rss
+                total_pss += memory.pss
+            peak, peak_pss = max(peak, total / 2**20), max(peak_pss, total_pss / 2**20)
+            processes = max(processes, len(tree))
             stop.wait(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -229,7 +237,7 @@ def _run_sampling_build_memory(command: list[str], built: Path) -> tuple[subproc
     stdout, stderr = child.communicate()
     stop.set()
     sampler.join()
-    return subprocess.CompletedProcess(command, child.returncode, stdout, stderr), peak, processes
+    return subprocess.CompletedProcess(command, child.returncode, stdout, stderr), peak, peak_pss, processes
 
 
 def prepare(scale: str, workdir: Path) -> tuple[Path, Path, str]:
@@ -307,10 +315,14 @@ def main() -> None:
                 "--batch-sizes",
                 args.batch_sizes,
             ]
-            done, build_mb, build_processes = _run_sampling_build_memory(command, workdir / f"built-{engine}")
+            done, build_mb, build_pss_mb, build_processes = _run_sampling_build_memory(
+                command, workdir / f"built-{engine}"
+            )
             if done.returncode == 0:
                 records[engine] = json.loads(done.stdout.strip().splitlines()[-1])
-                records[engine].update(build_rss_sum_mb=build_mb, build_processes=build_processes)
+                records[engine].update(
+                    build_rss_sum_mb=build_mb, build_pss_sum_mb=build_pss_mb, build_processes=build_processes
+                )
             elif engine in ("lucene", "pyserini"):
                 sys.exit(f"{engine} failed, nothing to compare with:\n{done.stderr[-3000:]}")
             else:  # e.g. killed for memory: report it and measure the others
@@ -331,13 +343,14 @@ def main() -> None:
         f"load average before/after {load_before} / {' '.join(f'{x:.1f}' for x in os.getloadavg())}\n"
     )
     print(
-        "| engine | build s | build peak RSS MB, all processes (count) | index MB | reload s | search peak RSS MB "
+        "| engine | build s | build peak RSS MB, all processes (count) | build peak PSS MB, all processes | index MB "
+        "| reload s | search peak RSS MB "
         "(corpus alone) | "
         + " | ".join(f"batch {b} q/s median (range) | × pyserini" for b in sizes)
         + " | top-3 per query, exact / tie-tolerant | "
         f"batch {sizes[-1]} q/s with passage texts |"
     )
-    print("|---" * (8 + 2 * len(sizes)) + "|")
+    print("|---" * (9 + 2 * len(sizes)) + "|")
 
     def median(values: list[float]) -> float:
         return values[len(values) // 2]
@@ -354,12 +367,13 @@ def main() -> None:
         passages = "—" if r["passages_qps"] is None else f"{median(r['passages_qps']):,.0f}"
         print(
             f"| {engine}{note} | {r['build_s']:.1f} | {r['build_rss_sum_mb']:.0f} ({r['build_processes']}) | "
+            f"{r['build_pss_sum_mb']:.0f} | "
             f"{r['index_mb']:.1f} | {r['load_s']:.2f} | {r['peak_rss_mb']:.0f} ({r['rss_corpus_mb']:.0f}) | "
             + " | ".join(cells)
             + f" | {agreement} | {passages} |"
         )
     for engine, reason in failed.items():
-        print(f"| {engine} | failed: {reason} |" + "|" * (7 + 2 * len(sizes)))
+        print(f"| {engine} | failed: {reason} |" + "|" * (8 + 2 * len(sizes)))
     if args.json:
         slim = {
             e: {k: v for k, v in r.items() if k not in ("top", "deep_ids", "deep_scores")} for e, r in records.items()

@@ -3,9 +3,10 @@
     python bench/bench_bm25_build_memory.py --corpus CORPUS.jsonl --segment-docs 100000,50000
 
 Each build runs in a child process (a ``DiskCorpus``, 2 worker processes, as ``BM25Retriever`` builds it); the
-parent samples the RSS of the child's whole process tree every 50 ms (``bench_bm25._run_sampling_build_memory``)
-and reports the highest sum, the build time and the index size. Builds alternate between the segment sizes so
-that a change of machine load falls on both.
+parent samples the RSS and PSS of the child's whole process tree every 50 ms
+(``bench_bm25._run_sampling_build_memory``) and reports the highest sums (RSS counts a page the forked workers
+share with their parent once per process; PSS splits it between them), the build time and the index size.
+Builds alternate between the segment sizes so that a change of machine load falls on both.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def main() -> None:
         child(args.corpus, args.child[0], int(args.child[1]), args.workers)
         return
     print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
-    print("| segment_docs | build s | peak RSS MB, summed over processes (most processes) | index MB |")
-    print("|---|---|---|---|")
+    print("| segment_docs | build s | peak RSS MB, summed (most processes) | peak PSS MB, summed | index MB |")
+    print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="bench-bm25-mem-") as tmp:
         for _ in range(args.rounds):
             for size in (int(s) for s in args.segment_docs.split(",")):
@@ -58,12 +59,14 @@ def main() -> None:
                 shutil.rmtree(target, ignore_errors=True)
                 command = [sys.executable, __file__, "--corpus", args.corpus, "--workers", str(args.workers)]
                 command += ["--child", str(target), str(size)]
-                done, peak, processes = _run_sampling_build_memory(command, Path(tmp) / "never")
+                done, peak, peak_pss, processes = _run_sampling_build_memory(command, Path(tmp) / "never")
                 if done.returncode != 0:
                     sys.exit(done.stderr[-3000:])
                 build_s = json.loads(done.stdout.strip().splitlines()[-1])["build_s"]
                 print(
-                    f"| {size:,} | {build_s:.1f} | {peak:,.0f} ({processes}) | {_du(target) / 2**20:.1f} |", flush=True
+                    f"| {size:,} | {build_s:.1f} | {peak:,.0f} ({processes}) | {peak_pss:,.0f} "
+                    f"| {_du(target) / 2**20:.1f} |",
+                    flush=True,
                 )
     print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
