@@ -2,17 +2,20 @@
 loaded machine.
 
     python bench/bench_bm25_interleaved.py --rounds 5
+    python bench/bench_bm25_interleaved.py --corpus WORLD/corpus.jsonl --questions WORLD/train.jsonl --work W
 
 ``bench_bm25.py`` runs each engine in a child of its own, one after another, so a change in the machine's load
 between children moves their ratio. Here both engines search the same 1,000 NQ questions over ``union.jsonl`` in
 the same process, in calls of each ``--batch-sizes``, alternating engine and batch size every pass; each figure
 is the best of ``--rounds`` passes (the pass least disturbed by other work). Indexes are built once into
-``--work`` and reused.
+``--work`` and reused. ``--corpus``/``--questions`` run it on another corpus (opened from disk) and the first
+1,000 questions of a jsonl file, e.g. a world written by ``searchenv world --passages N``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import time
@@ -24,7 +27,7 @@ DATA = Path(os.environ.get("SEARCHENV_SHARED_DATA", Path(__file__).resolve().par
 
 
 def main() -> None:
-    from searchenv.corpus import Corpus
+    from searchenv.corpus import Corpus, DiskCorpus
     from searchenv.retrievers.bm25.retriever import BM25Retriever
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -33,10 +36,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench-bm25-interleaved"))
+    parser.add_argument("--corpus", type=Path, help="a corpus jsonl (default: the shared union.jsonl)")
+    parser.add_argument("--questions", type=Path, default=DATA / "qa" / "nq_test_1000.jsonl")
     args = parser.parse_args()
-    corpus = Corpus.from_jsonl(DATA / "corpus" / "union.jsonl")
-    with (DATA / "qa" / "nq_test_1000.jsonl").open(encoding="utf-8") as handle:
-        queries = [json.loads(line)["question"] for line in handle]
+    corpus = DiskCorpus(args.corpus) if args.corpus else Corpus.from_jsonl(DATA / "corpus" / "union.jsonl")
+    with args.questions.open(encoding="utf-8") as handle:
+        queries = [json.loads(line)["question"] for line in itertools.islice(handle, 1000)]
     engines = {
         name: BM25Retriever(
             corpus, engine=name, index_dir=args.work / name, threads=args.threads, show_progress=False
