@@ -12,6 +12,7 @@ episode and the reward, then draws searches per episode over the steps::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -56,10 +57,10 @@ def main() -> None:
         import matplotlib.pyplot as plt
 
         figure, axis = plt.subplots(figsize=(6, 3.5))
+        styles = itertools.cycle(("o-", "s--", "^:"))  # runs that overlap stay visible
         for arm, rows in runs.items():
-            axis.plot(
-                [row["step"] for row in rows[:steps]], [row["num_searches"] for row in rows[:steps]], "o-", label=arm
-            )
+            steps_x = [row["step"] for row in rows[:steps]]
+            axis.plot(steps_x, [row["num_searches"] for row in rows[:steps]], next(styles), label=arm, alpha=0.8)
         axis.set_xlabel("GRPO step")
         axis.set_ylabel("searches per episode")
         axis.set_title("SmolLM2-135M, default CPU recipe, by retriever")
