@@ -93,6 +93,16 @@ def _keep_freed_memory() -> None:
     mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: up to 1 GB of freed heap is kept
 
 
+def _load_analysis_kernels() -> None:
+    """Load the workers' compiled analysis code in the parent, before it forks them, so they share its pages.
+
+    Each worker otherwise loads its own copy (85 MB of one process's memory, measured with ``psutil``'s USS); a
+    forked worker finds the code already loaded and its pages are shared copy-on-write, never written. The
+    analyser used here is thrown away: workers number terms with their own.
+    """
+    SegmentAnalyser().analyse(["warm up", "wärm ūp"])  # ASCII and plain-Unicode passages: both compiled scanners
+
+
 def _analyse_segment(segment: list[str] | _CorpusRange) -> SegmentPostings:
     """Postings of one segment (:meth:`SegmentAnalyser.analyse`), in a worker process whose analysis state lives
     as long as the worker."""
@@ -359,6 +369,8 @@ def build_native_index(
             # never a JVM or thread pool the parent may hold.
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
             context = multiprocessing.get_context(method)
+            if method == "fork":
+                _load_analysis_kernels()
             with ProcessPoolExecutor(workers, mp_context=context, initializer=_keep_freed_memory) as pool:
                 pending: list[Future] = []
                 for segment in segments:
