@@ -340,14 +340,9 @@ class NativeEngine:
         )
         self.threads = max(1, int(threads))
         self.seed_from_blocks = SEED_FROM_BLOCKS  # queries of more blocks start from a seeded cut-off
-        blocks = len(arrays["block_max"])
         # A small index is searched term at a time over all its postings, decoded on the first search
-        # (:mod:`.term_at_a_time`); each block holds at least one posting, so the exact count is only taken when
-        # the blocks alone do not rule it out.
-        self.term_at_a_time = blocks <= TERM_AT_A_TIME_POSTINGS and (
-            int(np.asarray(data)[np.asarray(arrays["block_offset"][:-1]) + 2].sum(dtype=np.int64)) + blocks
-            <= TERM_AT_A_TIME_POSTINGS
-        )
+        # (:mod:`.term_at_a_time`); the build records how many postings it wrote.
+        self.term_at_a_time = int(meta["postings"]) <= TERM_AT_A_TIME_POSTINGS
         self._decoded: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.scratch = scratch  # the temporary directory of an in-memory build, removed with the engine
         self._pool: ThreadPoolExecutor | None = None
