@@ -215,7 +215,7 @@ class BM25Retriever:
         threads: worker threads for building and batched search (default: all cores).
         rebuild: replace an existing index at ``index_dir`` whatever it was built from.
         segment_docs: ``native`` only: passages analysed at once per build worker, which bounds build memory
-            (default 25,000: about 0.8 GB summed over a 2-worker build of 200,000 passages) whatever the corpus size.
+            (default 10,000: about 0.4 GB summed over a 2-worker build of 200,000 passages) whatever the corpus size.
     """
 
     name = "bm25"

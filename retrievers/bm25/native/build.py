@@ -33,10 +33,11 @@ from searchenv.types import split_contents
 
 __all__ = ["DEFAULT_MERGE_POSTINGS", "DEFAULT_SEGMENT_DOCS", "build_native_index", "jsonl_search_texts"]
 
-#: Passages per build segment. Build memory grows with it (each worker holds a segment's postings, the parent the
-#: segments in flight): summed over the processes of a 2-worker build of 200,000 passages, 1,387 MB in segments of
-#: 100,000 and 820 MB in segments of 25,000 (bench/bench_bm25_build_memory.py; Lucene's one process: ~450 MB).
-DEFAULT_SEGMENT_DOCS = 25_000
+#: Passages per build segment. Build memory grows with it (each worker holds a segment's texts and the arrays of its
+#: analysis, the parent the segments in flight), build time does not: a 2-worker build of 1M generated passages
+#: took 947 MB summed PSS in segments of 25,000 and 712–785 MB in segments of 10,000, for the same CPU time, beside
+#: Lucene's 690–1,340 MB (bench/bench_bm25_build_memory.py; docs/benchmarks.md).
+DEFAULT_SEGMENT_DOCS = 10_000
 #: Postings merged per step (about 14 bytes each while merging).
 DEFAULT_MERGE_POSTINGS = 16_000_000
 _PARALLEL_MIN_DOCS = 50_000  # below this a worker pool costs more than it saves

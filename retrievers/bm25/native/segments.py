@@ -24,8 +24,10 @@ from searchenv.retrievers.bm25.native.token_table import LETTER, MIDDLE_DOT, QUO
 __all__ = ["DEFAULT_MAX_TOKENS", "SegmentAnalyser", "SegmentPostings", "scatter"]
 
 _CHUNK = 20_000  # passages tokenised per compiled pass
-#: Distinct tokens a worker remembers before starting afresh (about 250 bytes each, terms included).
-DEFAULT_MAX_TOKENS = 4_000_000
+#: Distinct tokens a worker remembers before starting afresh (about 190 bytes each, terms included). Past about a
+#: million, remembering more saves no time: a 2-worker build of 5M generated passages took 372 s of CPU and 1.36 GB
+#: summed PSS remembering 1,000,000, against 383 s and 2.64 GB remembering 4,000,000 (docs/benchmarks.md).
+DEFAULT_MAX_TOKENS = 1_000_000
 
 
 class SegmentPostings(NamedTuple):
