@@ -62,16 +62,14 @@ def qwen_tokenizer():
 
 @pytest.fixture(scope="session")
 def smollm2_tokenizer():
-    """SmolLM2-135M-Instruct's tokenizer, read from its GGUF's metadata alone (≈ 4 s of CPU): for tests that only
-    tokenize, without :func:`smollm2_dir`'s de-quantisation of the weights. ``AutoTokenizer`` with ``gguf_file``
-    would also parse every tensor's header and build the model config (≈ 4× the time); the tokenizer class reads
-    only the vocabulary, merges, special ids and chat template."""
-    transformers = pytest.importorskip("transformers")
+    """SmolLM2-135M-Instruct's tokenizer, read from its GGUF's metadata alone (about a second): for tests that
+    only tokenize, without :func:`smollm2_dir`'s de-quantisation of the weights."""
+    pytest.importorskip("transformers")
     pytest.importorskip("gguf")
+    from searchenv.adapters.rollout.generation import gguf_tokenizer
     from searchenv.assets import smollm2_gguf
 
-    gguf = smollm2_gguf()
-    return transformers.PreTrainedTokenizerFast.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    return gguf_tokenizer(smollm2_gguf())
 
 
 @pytest.fixture(scope="session")

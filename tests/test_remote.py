@@ -343,6 +343,8 @@ from searchenv.retrievers.random_retriever import RandomRetriever
 
 
 class Slow(RandomRetriever):
+    compute_only = False  # it waits: no warm-up search at start-up (that one would sleep and touch the marker)
+
     def __init__(self, corpus, delay=0.0, marker=None, **options):
         super().__init__(corpus, **options)
         self.delay, self.marker = delay, marker

@@ -85,7 +85,7 @@ def test_an_environment_token_cannot_move_trl_loss(smollm2_dir, tmp_path):
     """Through TRL's own rollout handling and compute_loss: values at env_mask == 0 positions never reach the
     gradient, and closing EOS tokens (not sampled) are env tokens too."""
     trainer = _trainer(smollm2_dir, tmp_path, max_steps=1)
-    rows = [trainer.train_dataset[i] for i in (0, 0, 1, 1)]
+    rows = [trainer.train_dataset[0]] * 2  # one group of num_generations, the per-device batch compute_loss sees
     batch = trainer._generate_and_score_completions(rows)
     completion_mask, env_mask = batch["completion_mask"], batch["tool_mask"]
     env = (completion_mask * (1 - env_mask)).bool()
@@ -95,7 +95,7 @@ def test_an_environment_token_cannot_move_trl_loss(smollm2_dir, tmp_path):
     ends = [int(ids[int(real.sum()) - 1]) for ids, real in zip(batch["completion_ids"], completion_mask)]
     assert ends == [eos] * len(ends)
 
-    batch["advantages"] = torch.tensor([1.0, -1.0, 0.5, -0.5])  # a gradient whatever the rewards were
+    batch["advantages"] = torch.tensor([1.0, -0.5])  # a gradient whatever the rewards were
 
     def loss_and_grads(inputs):
         trainer.model.zero_grad(set_to_none=True)
