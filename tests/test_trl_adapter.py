@@ -58,6 +58,7 @@ def test_installed_trl_meets_the_pin_and_releases_with_other_semantics_are_refus
     assert f'"trl{TRL_REQUIREMENT}"' in (ROOT / "pyproject.toml").read_text()
 
 
+@pytest.mark.slow  # ~60 s on 2 cores; the edit loop keeps the environment-token loss test through TRL
 def test_two_grpo_steps_on_the_world_complete_and_log_env_metrics(smollm2_dir, tmp_path):
     trainer = _trainer(smollm2_dir, tmp_path, max_steps=2)
     assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}  # fp32 master weights
