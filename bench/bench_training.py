@@ -1,6 +1,6 @@
 """Training throughput on CPU: one GRPO step of the built-in loop vs TRL's GRPOTrainer, same rollouts and sizes.
 
-Both trainers play their episodes with :func:`searchenv.adapters.rollout.generation.rollout` (TRL through
+Both trainers play their episodes with :func:`searchenv.rollout.rollout` (TRL through
 ``rollout_func``), so the comparison isolates the update path: log-probability passes, the loss and the optimizer.
 Each trainer runs in its own subprocess (``--child``) so neither inherits the other's memory or thread state.
 
@@ -30,7 +30,7 @@ ENV_KWARGS = {
 def _child(kind: str, steps: int, prompts: int, group: int, max_new_tokens: int, threads: int) -> dict:
     import torch
 
-    from searchenv.adapters.rollout.generation import load_policy, make_envs
+    from searchenv.rollout import load_policy, make_envs
 
     torch.set_num_threads(threads)
     model, tok = load_policy("smollm2-135m")

@@ -259,6 +259,15 @@ class EpisodeTokens:
             self.episode.generations.append(generation)
         return self.tokenizer.decode(list(generation.token_ids), skip_special_tokens=True)
 
+    def add_forced(self, text: str) -> list[int]:
+        """Record an action the harness wrote in the model's place (RAG's retrieval for the question), mask 0:
+        the model reads it but never wrote it."""
+        ids = _encode_text(self.tokenizer, text)
+        self.response_ids.extend(ids)
+        self.loss_mask.extend([0] * len(ids))
+        self.logprobs.extend([0.0] * len(ids))
+        return ids
+
     def add_env(self, text: str) -> list[int]:
         """Record text the environment inserted (mask 0) and return its ids.
 

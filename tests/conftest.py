@@ -66,8 +66,8 @@ def smollm2_tokenizer():
     only tokenize, without :func:`smollm2_dir`'s de-quantisation of the weights."""
     pytest.importorskip("transformers")
     pytest.importorskip("gguf")
-    from searchenv.adapters.rollout.generation import gguf_tokenizer
     from searchenv.assets import smollm2_gguf
+    from searchenv.rollout import gguf_tokenizer
 
     return gguf_tokenizer(smollm2_gguf())
 
@@ -77,7 +77,7 @@ def smollm2_dir(tmp_path_factory) -> Path:
     """SmolLM2-135M-Instruct de-quantised from its GGUF once per test session (~20 s) and saved as a regular
     checkpoint; tests that train load their own copy from here (< 1 s) so they never share mutated weights."""
     pytest.importorskip("transformers")
-    from searchenv.adapters.rollout.generation import load_policy
+    from searchenv.rollout import load_policy
 
     cache = tmp_path_factory.mktemp("models")
     load_policy("smollm2-135m", cache_dir=cache)

@@ -281,7 +281,7 @@ def test_every_turn_is_recorded_and_the_tokens_come_from_the_record(qwen_tokeniz
     from test_generation import ScriptedGenerator, _toy_envs
     from toyworld import QUESTIONS, ScriptedRetriever
 
-    from searchenv.adapters.rollout.generation import SamplingConfig, rollout
+    from searchenv.rollout import SamplingConfig, rollout
     from searchenv.tokenization import tokenize_episode
 
     def enc(text):

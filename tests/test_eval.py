@@ -28,31 +28,89 @@ def _records(folder: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def local_policy(smollm2_dir):
-    from searchenv.adapters.rollout.generation import load_policy
+    from searchenv.rollout import load_policy
 
     model, tokenizer = load_policy(str(smollm2_dir))
     return LocalPolicy(model, tokenizer, EvalSampling(max_new_tokens=12), chat_template=False, name="smollm2")
 
 
 def test_local_policy_stops_at_a_stop_string(local_policy):
+    tokenizer = local_policy.tokenizer
     example = "Question: Who founded Orvane Abbey?\n<answer> Tesk Mallor </answer>\n\nQuestion: Capital of France?\n"
-    out = local_policy.generate([Context(example, "<answer>"), Context("Say hi", "")], ["</answer>", "</search>"])
-    assert len(out) == 2
-    assert out[0].text.rstrip().endswith("</answer>") and out[0].finish_reason == "stop"
-    assert 0 < out[0].num_tokens <= 12
-    full = local_policy.generate([Context("x " * 9000, "")], ["</answer>"])  # past SmolLM2's 8192-token window
-    assert full[0].finish_reason == "context_full" and full[0].num_tokens == 0
+    ids = tokenizer(example + "<answer>")["input_ids"]
+    [turn] = local_policy.generator.generate([ids], ["</answer>", "</search>"], [12])
+    assert tokenizer.decode(turn.token_ids).rstrip().endswith("</answer>")
+    assert 0 < len(turn.token_ids) <= 12 and len(turn.logprobs) == len(turn.token_ids)
+
+
+def test_an_episode_longer_than_the_model_window_ends_as_cut(local_policy):
+    from searchenv.rollout import EpisodeDriver, make_envs
+
+    long_question = [{"id": "q", "question": "x " * 9000, "golden_answers": ["a"]}]  # past SmolLM2's 8192 tokens
+    envs = make_envs(1, dataset=long_question, retriever=HostileRetriever(), reward="em")
+    driver = EpisodeDriver(envs, local_policy.tokenizer, local_policy.sampling)
+    driver.start([0])
+    assert driver.requests() == [] and not driver.running  # nothing is sampled: no room left in the window
+    [result] = driver.results()
+    assert result.info["end_reason"] == "context_limit" and result.tokens.num_model_tokens == 0
+
+
+def test_eval_plays_a_local_model_on_the_training_token_path(local_policy):
+    """A retrieved special-token string (SmolLM2's ``<file_sep>``) stays characters in training; the evaluation of a
+    local checkpoint must read the same ids (it re-encoded the whole response text before, which made it the
+    special token)."""
+    from searchenv.evaluation.runner import Cell, _make_envs, _play_batch
+    from searchenv.rollout import EpisodeDriver, HFGenerator, SamplingConfig
+    from searchenv.types import QAExample
+
+    class RecordingEngine(HFGenerator):
+        contexts: list[list[int]] = []
+
+        def generate(self, contexts, stop_strings, max_new_tokens, streamer=None):
+            self.contexts.extend(list(c) for c in contexts)
+            return super().generate(contexts, stop_strings, max_new_tokens, streamer)
+
+    example = QAExample("q0", "Who founded Orvane Abbey?", ("Tesk Mallor",))
+    settings = {"protocol": "search-r1-fewshot", "reward": "em", "topk": 1, "max_turns": 2, "budget": "actions"}
+    cell = Cell("smol", "rag", "hostile", "toy", [("q0", example)], {**settings, "max_information_words": 40})
+    engine = RecordingEngine(local_policy.generator.engine.model, local_policy.tokenizer, local_policy.sampling)
+    policy = type("P", (), {"name": "smol", "tokenizer": local_policy.tokenizer, "seed": 0})()
+    policy.sampling, policy.generator = local_policy.sampling, engine
+    envs = _make_envs(cell, HostileRetriever(), 1)
+    _play_batch(envs, policy, cell, [0])
+    special = local_policy.tokenizer.convert_tokens_to_ids("<file_sep>")
+    [context] = engine.contexts  # RAG: one model turn, after the harness's retrieval
+    assert special not in context  # the passage's <file_sep> is characters, as in training
+    # and the context is exactly what the training driver builds for the same episode
+    replay = EpisodeDriver(_make_envs(cell, HostileRetriever(), 1), local_policy.tokenizer, local_policy.sampling)
+    replay.start([0])
+    replay.force(["<search> Who founded Orvane Abbey? </search>"])
+    assert [r.context_ids for r in replay.requests()] == [context]
+
+
+class HostileRetriever:
+    """Every search finds one passage that holds a special-token string of SmolLM2's vocabulary."""
+
+    name = "hostile"
+
+    def search(self, queries, k):
+        from searchenv.types import Passage
+
+        text = "Orvane <file_sep> Abbey was founded by Tesk Mallor."
+        return [[Passage("p1", "Orvane Abbey", text)] for _ in queries]
 
 
 def test_a_local_model_reports_its_tokens_while_a_turn_runs(local_policy):
     seen: list[int] = []
     local_policy.on_tokens = seen.append
+    tokenizer = local_policy.tokenizer
     try:
-        out = local_policy.generate([Context("Say hi", ""), Context("Count: one two", "")], ["</answer>"])
+        ids = [tokenizer("Say hi")["input_ids"], tokenizer("Count: one two")["input_ids"]]
+        out = local_policy.generator.generate(ids, ["</answer>"], [12, 12])
     finally:
         local_policy.on_tokens = None
     assert len(seen) > 1  # one report per decoding step, not one per turn
-    assert sum(seen) >= sum(g.num_tokens for g in out) > 0  # rows that stopped early are not counted after it
+    assert sum(seen) >= sum(len(t.token_ids) for t in out) > 0  # rows that stopped early are not counted after it
 
 
 def test_progress_moves_by_turns_and_tokens_before_an_episode_finishes(monkeypatch):
@@ -142,11 +200,14 @@ def test_interrupted_eval_resumes_without_losing_or_redoing_episodes(smollm2_dir
         def __init__(self, inner):
             self.inner, self.name = inner, inner.name
 
-        def generate(self, contexts, stop):
+            self.tokenizer, self.sampling, self.seed = inner.tokenizer, inner.sampling, inner.seed
+            self.generator = self
+
+        def generate(self, contexts, stop, caps):
             calls["n"] += 1
             if calls["n"] == 2:
                 raise KeyboardInterrupt  # Ctrl-C during the second episode
-            return self.inner.generate(contexts, stop)
+            return self.inner.generator.generate(contexts, stop, caps)
 
     monkeypatch.setattr(suite, "_policy", lambda *a: Interrupting(real_policy(*a)))
     assert main(args) == 130

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from searchenv.adapters.rollout.generation import (
+from searchenv.rollout import (
     GeneratedTurn,
     HFGenerator,
     SamplingConfig,
@@ -192,7 +192,7 @@ def test_padding_after_a_stop_string_is_not_an_unsampled_eos(smollm2_dir):
 
 
 def test_sampled_length_tells_a_sampled_eos_from_padding(smollm2_tokenizer):
-    from searchenv.adapters.rollout.generation import sampled_length
+    from searchenv.rollout import sampled_length
 
     tok = smollm2_tokenizer
     eos = tok.eos_token_id
@@ -222,7 +222,7 @@ def test_load_policy_gives_float32_master_weights_for_a_bf16_checkpoint(smollm2_
 
 
 def test_run_settings_round_trip_and_reject_incomplete_settings(tmp_path):
-    from searchenv.adapters.rollout.generation import RUN_KEYS, read_run_settings, write_run_settings
+    from searchenv.rollout import RUN_KEYS, read_run_settings, write_run_settings
 
     settings = {key: f"value-{key}" for key in RUN_KEYS} | {"retriever_options": {"nprobe": 8}, "max_turns": 2}
     write_run_settings(tmp_path, settings, step=3)

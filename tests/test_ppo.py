@@ -20,8 +20,8 @@ from searchenv.adapters.ppo.losses import (
     token_rewards,
 )
 from searchenv.adapters.ppo.trainer import PPOConfig, Trainer
-from searchenv.adapters.rollout.generation import RUN_KEYS, load_policy, make_envs, read_run_settings
 from searchenv.reward_specs import RewardResult
+from searchenv.rollout import RUN_KEYS, load_policy, make_envs, read_run_settings
 from searchenv.tokenization import EpisodeTokens, encode_prompt
 
 

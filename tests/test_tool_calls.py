@@ -224,7 +224,7 @@ def test_a_megabyte_of_arguments_is_read_not_feared() -> None:
 @pytest.mark.slow
 def test_our_rollout_plays_the_tool_call_protocol_with_exact_masks(smollm2_dir: Path) -> None:
     """Our loop by configuration: the rollout declares the tools and frames tool turns with real role tokens."""
-    from searchenv.adapters.rollout.generation import HFGenerator, SamplingConfig, load_policy, rollout
+    from searchenv.rollout import HFGenerator, SamplingConfig, load_policy, rollout
 
     model, tokenizer = load_policy(str(smollm2_dir))
     sampling = SamplingConfig(max_new_tokens=24, max_total_tokens=1024)
@@ -237,11 +237,13 @@ def test_our_rollout_plays_the_tool_call_protocol_with_exact_masks(smollm2_dir: 
 
 
 def test_eval_policies_declare_the_tools_of_a_tool_call_protocol(qwen_tokenizer) -> None:
-    from searchenv.evaluation.policies import Context, _chat_text, _prompt_ids
+    from searchenv.evaluation.policies import Context, _chat_text
+    from searchenv.tokenization import encode_prompt
 
     protocol = PROTOCOLS["tool-call"]
     context = Context("Who founded it?", "", protocol.tools_json)
     text = _chat_text(qwen_tokenizer, context, None)
     assert '"name": "search"' in text and text.endswith("<|im_start|>assistant\n")
-    assert qwen_tokenizer.decode(_prompt_ids(qwen_tokenizer, context, None)) == text
+    # the endpoint's text and a local model's token path (encode_prompt, as in training) read the same prompt
+    assert qwen_tokenizer.decode(encode_prompt(qwen_tokenizer, context.prompt, None, context.tool_schemas)) == text
     assert '"name": "search"' not in _chat_text(qwen_tokenizer, Context("Who founded it?", ""), None)

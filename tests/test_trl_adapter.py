@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 
-from searchenv.adapters.rollout.generation import load_policy, read_run_settings
 from searchenv.adapters.trl.grpo import TRL_REQUIREMENT, check_trl_version, env_reward, make_dataset, make_grpo_trainer
+from searchenv.rollout import load_policy, read_run_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_KWARGS = {"dataset": "world", "retriever": "bm25", "reward": "format", "max_turns": 2, "max_information_words": 30}
@@ -125,7 +125,7 @@ def test_an_environment_token_cannot_move_trl_loss(smollm2_dir, tmp_path):
 
 
 def test_dataset_rows_map_to_questions_and_the_curriculum_puts_one_hop_first():
-    from searchenv.adapters.rollout.generation import make_envs
+    from searchenv.rollout import make_envs
 
     env = make_envs(1, retriever="random")[0]
     dataset = make_dataset(env, limit=3)

@@ -265,7 +265,7 @@ def test_bare_question_parquet_gets_the_protocol_prompt(shared_data, hotpot_opti
 
 
 def test_real_model_rollout_keeps_masks_exact(hotpot_rows, hotpot_options):
-    from searchenv.adapters.rollout.generation import HFGenerator, SamplingConfig, load_policy
+    from searchenv.rollout import HFGenerator, SamplingConfig, load_policy
 
     model, tokenizer = load_policy("smollm2-135m")
     server = HFServer(HFGenerator(model, tokenizer, SamplingConfig(temperature=0.0)))

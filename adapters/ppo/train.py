@@ -152,7 +152,7 @@ def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_settings(args: argparse.Namespace, algorithm: str, config: Mapping[str, Any]) -> dict[str, Any]:
-    """What ``searchenv_run.json`` records (see :data:`searchenv.adapters.rollout.generation.RUN_KEYS`)."""
+    """What ``searchenv_run.json`` records (see :data:`searchenv.rollout.RUN_KEYS`)."""
     env = env_kwargs(args)
     return {
         "model": args.model,
@@ -372,7 +372,7 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     import torch
 
     from searchenv.adapters.ppo.trainer import PPOConfig, Trainer
-    from searchenv.adapters.rollout.generation import load_policy, make_envs
+    from searchenv.rollout import load_policy, make_envs
 
     if args.plot and not args.log:
         raise SystemExit("--plot needs --log (the curves are drawn from the log file)")

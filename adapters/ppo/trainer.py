@@ -49,14 +49,14 @@ from searchenv.adapters.ppo.losses import (
     token_rewards,
     value_loss,
 )
-from searchenv.adapters.rollout.generation import (
+from searchenv.episode import aggregate_metrics
+from searchenv.rollout import (
     EpisodeResult,
     HFGenerator,
     SamplingConfig,
     rollout,
     write_run_settings,
 )
-from searchenv.episode import aggregate_metrics
 
 __all__ = ["Algorithm", "PPOConfig", "Trainer"]
 
@@ -156,7 +156,7 @@ class Trainer:
         output_dir: where checkpoints go (``save_every`` steps and at the end); ``None`` saves nothing.
         run_settings: the model and environment settings (``model``, ``protocol``, ``dataset``, ``reward``, ...)
             written with every checkpoint as ``searchenv_run.json``, see
-            :func:`searchenv.adapters.rollout.generation.write_run_settings`.
+            :func:`searchenv.rollout.write_run_settings`.
     """
 
     def __init__(

@@ -1,2 +1,2 @@
-"""The multi-turn generation loop every trainer adapter shares: token-in/token-out rollouts of SearchQA
-episodes with a causal LM (:mod:`.generation`)."""
+"""Deprecated: the rollout loop moved to :mod:`searchenv.rollout` (``searchenv.adapters.rollout.generation`` still
+re-exports its names)."""

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
-from searchenv.adapters.rollout.generation import (
+from searchenv.adapters.trl.metrics import log_episode_metrics
+from searchenv.rollout import (
     EpisodeResult,
     HFGenerator,
     SamplingConfig,
@@ -42,7 +43,6 @@ from searchenv.adapters.rollout.generation import (
     rollout,
     write_run_settings,
 )
-from searchenv.adapters.trl.metrics import log_episode_metrics
 
 if TYPE_CHECKING:
     from datasets import Dataset

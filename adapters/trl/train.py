@@ -173,8 +173,8 @@ def run(args: argparse.Namespace) -> Any:
     import torch
 
     from searchenv.adapters.ppo.train import plot_log
-    from searchenv.adapters.rollout.generation import load_policy, write_run_settings
     from searchenv.adapters.trl.grpo import JsonlLogCallback, make_grpo_trainer
+    from searchenv.rollout import load_policy, write_run_settings
 
     if args.plot and not args.log:
         raise SystemExit("--plot needs --log (the curves are drawn from the log file)")

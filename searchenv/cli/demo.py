@@ -46,7 +46,7 @@ def run_demo(args: argparse.Namespace) -> int:
     Every environment option is checked (:func:`searchenv.cli.arguments.env_kwargs`) before the model loads.
     """
     settings = env_kwargs(args)
-    from searchenv.adapters.rollout.generation import HFGenerator, SamplingConfig, load_policy, rollout
+    from searchenv.rollout import HFGenerator, SamplingConfig, load_policy, rollout
 
     print(f"loading {args.model} …", flush=True)
     model, tokenizer = load_policy(args.model)

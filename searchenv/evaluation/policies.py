@@ -1,11 +1,11 @@
-"""Policies for evaluation: one batched text interface over a local model, vLLM, or an OpenAI-compatible server.
+"""Policies for evaluation: a model whose weights are here (a local ``transformers`` model, vLLM), or an
+OpenAI-compatible server.
 
-The evaluation loop only needs "continue each conversation until a stop string or EOS". A :class:`Context` is the
-prompt the environment wrote plus the response so far (model turns and inserted blocks); a policy returns one
-:class:`Generation` per context. Token-level training rollouts live in :mod:`searchenv.adapters.rollout.generation`;
-the local-model and vLLM policies here reuse its engines (:class:`~searchenv.adapters.rollout.generation.HFGenerator`,
-:class:`~searchenv.adapters.rollout.generation.VLLMGenerator`) and
-:func:`~searchenv.adapters.rollout.generation.load_policy`.
+A policy with its weights here is a :class:`TokenPolicy`: it plays episodes token in, token out through
+:class:`searchenv.rollout.EpisodeDriver`, exactly the path its training took, so a checkpoint's held-out numbers
+come from the token sequences it learned on (:class:`LocalPolicy`, :class:`VLLMPolicy`). A server only speaks
+text: an :class:`EndpointPolicy` continues each conversation (a :class:`Context`: the prompt the environment wrote
+plus the response so far) until a stop string or EOS and returns one :class:`Generation` per context.
 
 Sampling follows the papers' evaluation: greedy (temperature 0) unless asked otherwise.
 """
@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 from typing import Protocol as TypingProtocol
 
 from searchenv.evaluation.progress import TokenCounter
+from searchenv.rollout.sampling import GeneratedTurn, SamplingConfig, TurnGenerator
 
 __all__ = [
     "Context",
@@ -31,6 +32,7 @@ __all__ = [
     "LocalPolicy",
     "Policy",
     "PolicyError",
+    "TokenPolicy",
     "VLLMPolicy",
     "local_device",
 ]
@@ -84,20 +86,12 @@ class EvalSampling:
 
 
 class Policy(TypingProtocol):
-    """Anything that continues a batch of conversations, stopping at any of ``stop`` or EOS."""
+    """A policy behind a text interface (an OpenAI-compatible endpoint): it continues a batch of conversations,
+    stopping at any of ``stop`` or EOS. Policies whose weights are here are :class:`TokenPolicy`."""
 
     name: str
 
     def generate(self, contexts: Sequence[Context], stop: Sequence[str]) -> list[Generation]: ...
-
-
-def _prompt_ids(tokenizer: Any, context: Context, chat_template: bool | None) -> list[int]:
-    from searchenv.tokenization import encode_prompt
-
-    ids = encode_prompt(tokenizer, context.prompt, chat_template=chat_template, tools=context.tool_schemas)
-    if context.response:
-        ids += tokenizer(context.response, add_special_tokens=False)["input_ids"]
-    return ids
 
 
 def _chat_text(tokenizer: Any, context: Context, chat_template: bool | None) -> str:
@@ -107,12 +101,26 @@ def _chat_text(tokenizer: Any, context: Context, chat_template: bool | None) -> 
     return render_prompt(tokenizer, context.prompt, chat_template, context.tool_schemas)[0] + context.response
 
 
+class TokenPolicy(TypingProtocol):
+    """A policy whose weights are here: it plays episodes token in, token out through
+    :class:`searchenv.rollout.EpisodeDriver`, the path its training took (the text of a turn is never re-encoded,
+    inserted passages never become special tokens)."""
+
+    name: str
+    tokenizer: Any
+    sampling: SamplingConfig
+    generator: TurnGenerator
+    seed: int
+
+
 class LocalPolicy:
-    """A ``transformers`` causal LM on this machine (CPU or GPU), batched with left padding.
+    """A ``transformers`` causal LM on this machine (CPU or GPU), played through the training token path.
 
     Built from a checkpoint directory or a packaged alias (``smollm2-135m``) with :meth:`load`, or from a model
     already in memory (tests share one). ``chat_template`` as in :func:`searchenv.tokenization.encode_prompt`.
     ``on_tokens(n)``, when set, hears every decoding step's new tokens while a turn runs (the progress display).
+    The episode's token budget is the smaller of ``sampling.max_total_tokens`` and the model's window, so a long
+    episode ends as cut (``context_limit``) instead of crashing the model.
     """
 
     def __init__(
@@ -124,21 +132,20 @@ class LocalPolicy:
         name: str,
         on_tokens: Callable[[int], None] | None = None,
     ):
-        from searchenv.adapters.rollout.generation import HFGenerator, SamplingConfig
+        from searchenv.rollout import HFGenerator
 
         self.name = name
         self.on_tokens = on_tokens
         self.tokenizer = tokenizer
-        self.sampling = sampling
-        self.chat_template = chat_template
-        self.max_total_tokens = min(sampling.max_total_tokens, _model_window(model))
-        config = SamplingConfig(
+        self.seed = sampling.seed
+        self.sampling = SamplingConfig(
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             max_new_tokens=sampling.max_new_tokens,
-            max_total_tokens=self.max_total_tokens,
+            max_total_tokens=min(sampling.max_total_tokens, _model_window(model)),
+            chat_template=chat_template,
         )
-        self._generator = HFGenerator(model, tokenizer, config)
+        self.generator = _Streaming(HFGenerator(model, tokenizer, self.sampling), self)
 
     @classmethod
     def load(
@@ -150,28 +157,27 @@ class LocalPolicy:
         device: str = "",
         on_tokens: Callable[[int], None] | None = None,
     ) -> LocalPolicy:
-        from searchenv.adapters.rollout.generation import load_policy
+        from searchenv.rollout import load_policy
 
         lm, tokenizer = load_policy(model)
         lm.to(device or local_device())
         return cls(lm, tokenizer, sampling, chat_template, name or model, on_tokens)
 
-    def generate(self, contexts: Sequence[Context], stop: Sequence[str]) -> list[Generation]:
-        import torch
 
-        torch.manual_seed(self.sampling.seed)
-        ids = [_prompt_ids(self.tokenizer, c, self.chat_template) for c in contexts]
-        caps = [min(self.sampling.max_new_tokens, self.max_total_tokens - len(i)) for i in ids]
-        out = [Generation("", 0, "context_full")] * len(contexts)
-        rows = [r for r, cap in enumerate(caps) if cap > 0]
-        if rows:
-            counter = TokenCounter(self.tokenizer.pad_token_id, self.on_tokens) if self.on_tokens else None
-            turns = self._generator.generate([ids[r] for r in rows], list(stop), [caps[r] for r in rows], counter)
-            for r, turn in zip(rows, turns):
-                text = self.tokenizer.decode(turn.token_ids, skip_special_tokens=True)
-                hit_cap = len(turn.token_ids) >= caps[r] and not any(s in text for s in stop)
-                out[r] = Generation(text, len(turn.token_ids), "length" if hit_cap else "stop")
-        return out
+class _Streaming:
+    """The local engine with the policy's live token count attached to each call (the progress display)."""
+
+    def __init__(self, engine: Any, policy: LocalPolicy):
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self._policy = policy
+
+    def generate(
+        self, contexts: Sequence[Sequence[int]], stop_strings: Sequence[str], max_new_tokens: Sequence[int]
+    ) -> list[GeneratedTurn]:
+        on_tokens = self._policy.on_tokens
+        counter = TokenCounter(self.tokenizer.pad_token_id, on_tokens) if on_tokens else None
+        return self.engine.generate(contexts, stop_strings, max_new_tokens, counter)
 
 
 def local_device() -> str:
@@ -187,10 +193,9 @@ def _model_window(model: Any) -> int:
 
 
 class VLLMPolicy:
-    """A ``vllm.LLM`` engine (``pip install 'searchenv[vllm]'``; GPU). Untested here: no GPU with vLLM was available.
+    """A ``vllm.LLM`` engine (``pip install 'searchenv[vllm]'``; GPU), played through the training token path.
 
-    Reuses :class:`~.generation.VLLMGenerator` (stop strings enforced by the engine and kept in
-    the output).
+    Never run in this project's tests: no GPU with vLLM was available.
     """
 
     def __init__(self, model: str, sampling: EvalSampling, chat_template: bool | None, name: str | None = None):
@@ -198,26 +203,17 @@ class VLLMPolicy:
             import vllm
         except ImportError as exc:
             raise ImportError("--policy vllm needs vLLM: pip install 'searchenv[vllm]' (GPU machines only)") from exc
-        from searchenv.adapters.rollout.generation import SamplingConfig, VLLMGenerator
+        from searchenv.rollout import VLLMEngineGenerator
 
         self.name = name or model
-        self.sampling = sampling
-        self.chat_template = chat_template
+        self.seed = sampling.seed
+        s = sampling
+        self.sampling = SamplingConfig(
+            s.temperature, s.top_p, s.max_new_tokens, s.max_total_tokens, chat_template=chat_template
+        )
         llm = vllm.LLM(model=model, seed=sampling.seed)
         self.tokenizer = llm.get_tokenizer()
-        s = sampling
-        config = SamplingConfig(s.temperature, s.top_p, s.max_new_tokens, s.max_total_tokens)
-        self._generator = VLLMGenerator(llm, self.tokenizer, config)
-
-    def generate(self, contexts: Sequence[Context], stop: Sequence[str]) -> list[Generation]:  # pragma: no cover
-        ids = [_prompt_ids(self.tokenizer, c, self.chat_template) for c in contexts]
-        caps = [min(self.sampling.max_new_tokens, self.sampling.max_total_tokens - len(i)) for i in ids]
-        out = [Generation("", 0, "context_full")] * len(contexts)
-        rows = [r for r, cap in enumerate(caps) if cap > 0]
-        for r, turn in zip(rows, self._generator.generate([ids[r] for r in rows], list(stop), [caps[r] for r in rows])):
-            text = self.tokenizer.decode(turn.token_ids, skip_special_tokens=True)
-            out[r] = Generation(text, len(turn.token_ids), "length" if len(turn.token_ids) >= caps[r] else "stop")
-        return out
+        self.generator = VLLMEngineGenerator(llm, self.tokenizer, self.sampling)
 
 
 class EndpointPolicy:

@@ -36,7 +36,7 @@ class PromptFailure:
 
 def check_model_source(url: str | None, model: Any, who: str) -> None:
     """Refuse a missing model, or a local model that is neither a folder nor a packaged alias, naming the fix."""
-    from searchenv.adapters.rollout.generation import MODEL_ALIASES
+    from searchenv.rollout import MODEL_ALIASES
 
     if not isinstance(model, str) or not model:
         raise ValueError(f"{who} needs 'model': the served model's name with 'url', or a local checkpoint folder")
@@ -174,7 +174,7 @@ class Prompter:
         contexts = [Context(prompt, "") for prompt in prompts]
         if self._endpoint is None:
             try:
-                return [g.text for g in self._local_policy().generate(contexts, list(stop))]
+                return self._complete_locally(prompts, stop)
             except Exception as exc:  # one broken batch is the batch's failure, reported per prompt
                 return [PromptFailure(f"{type(exc).__name__}: {exc}")] * len(prompts)
         endpoint = self._endpoint
@@ -192,6 +192,18 @@ class Prompter:
             return list(await asyncio.gather(*(one(c) for c in contexts)))
 
         return run_coroutine(all_of)
+
+    def _complete_locally(self, prompts: list[str], stop: tuple[str, ...]) -> list[str]:
+        """The local model's completion of each prompt (a short question, not an episode: no inserted text)."""
+        from searchenv.tokenization import encode_prompt
+
+        policy = self._local_policy()
+        ids = [
+            encode_prompt(policy.tokenizer, prompt, chat_template=policy.sampling.chat_template) for prompt in prompts
+        ]
+        caps = [max(1, min(policy.sampling.max_new_tokens, policy.sampling.max_total_tokens - len(i))) for i in ids]
+        turns = policy.generator.generate(ids, list(stop), caps)
+        return [policy.tokenizer.decode(turn.token_ids, skip_special_tokens=True) for turn in turns]
 
     def _local_policy(self) -> LocalPolicy:
         with self._lock:

@@ -23,7 +23,7 @@ from typing import Any
 
 from searchenv.episode.health import HEALTH_METRICS
 from searchenv.evaluation.baselines import forced_first_action, method_budget, method_protocol
-from searchenv.evaluation.policies import Context, Policy
+from searchenv.evaluation.policies import Context, Policy, TokenPolicy
 from searchenv.evaluation.progress import EvalProgress
 from searchenv.evaluation.report import search_failed
 from searchenv.protocol import get_protocol
@@ -216,9 +216,17 @@ def _make_envs(cell: Cell, retriever: Retriever, n: int) -> list[Any]:
 
 
 def _play_batch(
-    envs: Sequence[Any], policy: Policy, cell: Cell, indices: Sequence[int], progress: EvalProgress | None = None
+    envs: Sequence[Any],
+    policy: Policy | TokenPolicy,
+    cell: Cell,
+    indices: Sequence[int],
+    progress: EvalProgress | None = None,
 ) -> list[tuple[str, int]]:
-    """Play one episode per environment (``indices`` into the cell's examples); returns (prompt, model tokens)."""
+    """Play one episode per environment (``indices`` into the cell's examples); returns (prompt, model tokens).
+
+    A policy whose weights are here plays token in, token out (:func:`_play_tokens`); an endpoint plays text."""
+    if hasattr(policy, "generator"):
+        return _play_tokens(envs, policy, cell, indices, progress)
     import searchenv
 
     prompts = [env.reset(options={"index": i})[0] for env, i in zip(envs, indices)]
@@ -244,6 +252,28 @@ def _play_batch(
             searchenv.step_batch([envs[j] for j, _ in stepping], [text for _, text in stepping])
         active = [j for j in active if not envs[j].episode.done]
     return list(zip(prompts, tokens))
+
+
+def _play_tokens(
+    envs: Sequence[Any], policy: TokenPolicy, cell: Cell, indices: Sequence[int], progress: EvalProgress | None
+) -> list[tuple[str, int]]:
+    """The token path (:class:`searchenv.rollout.EpisodeDriver`): the same ids, masks and inserted-text encoding as
+    in training; RAG's retrieval is written by the harness into the context (mask 0)."""
+    import torch
+
+    from searchenv.rollout import EpisodeDriver
+
+    torch.manual_seed(policy.seed)  # each batch samples from the same seed, as a rerun of it would
+    driver = EpisodeDriver(envs, policy.tokenizer, policy.sampling)
+    prompts = driver.start(indices)
+    protocol = envs[0].protocol
+    driver.force([forced_first_action(cell.method, protocol, cell.examples[i][1].question) for i in indices])
+    while requests := driver.requests():
+        turns = driver.sample(policy.generator, requests)
+        if progress is not None:
+            progress.turn_done([len(turn.token_ids) for turn in turns.values()])
+        driver.apply(turns)
+    return [(prompt, result.tokens.num_model_tokens) for prompt, result in zip(prompts, driver.results())]
 
 
 def run_cell(

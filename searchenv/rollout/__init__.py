@@ -1,0 +1,41 @@
+"""Playing SearchQA episodes with a causal LM, token in and token out: the one rollout loop that training,
+evaluation, the demo and the reward audit share.
+
+* :mod:`~searchenv.rollout.driver` — :class:`EpisodeDriver` (start → sample → apply) and :func:`rollout`;
+* :mod:`~searchenv.rollout.sampling` — :class:`SamplingConfig` and the :class:`TurnGenerator` interface;
+* :mod:`~searchenv.rollout.engines` — inference engines: ``transformers`` (:class:`HFGenerator`) and vLLM;
+* :mod:`~searchenv.rollout.models` — :func:`load_policy` (a checkpoint folder or a packaged alias);
+* :mod:`~searchenv.rollout.run_file` — ``searchenv_run.json``, what a checkpoint was trained on.
+
+Importing this package does not import torch or transformers; the engines load them when built.
+"""
+
+from __future__ import annotations
+
+from searchenv.rollout.driver import EpisodeDriver, EpisodeResult, TurnRequest, make_envs, rollout
+from searchenv.rollout.engines import HFGenerator, VLLMEngineGenerator, VLLMGenerator, sampled_length
+from searchenv.rollout.models import MODEL_ALIASES, gguf_tokenizer, load_policy
+from searchenv.rollout.run_file import RUN_FILE, RUN_KEYS, read_run_settings, write_run_settings
+from searchenv.rollout.sampling import GeneratedTurn, SamplingConfig, TurnGenerator
+
+__all__ = [
+    "MODEL_ALIASES",
+    "RUN_FILE",
+    "RUN_KEYS",
+    "EpisodeDriver",
+    "EpisodeResult",
+    "GeneratedTurn",
+    "HFGenerator",
+    "SamplingConfig",
+    "TurnGenerator",
+    "TurnRequest",
+    "VLLMEngineGenerator",
+    "VLLMGenerator",
+    "gguf_tokenizer",
+    "load_policy",
+    "make_envs",
+    "read_run_settings",
+    "rollout",
+    "sampled_length",
+    "write_run_settings",
+]
