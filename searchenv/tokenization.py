@@ -6,6 +6,11 @@ masks guessed from ``token != pad_id`` (wrong when pad == EOS, as with Qwen2.5),
 concatenated string so boundaries drift, losing the newline before an inserted block, and masks that do
 not match the sequence length.
 
+Inserted text tokenizes at its boundaries as the same text does inside a prompt: its trailing whitespace is
+encoded as it is when the model's next text follows (``"</information>\n\n"`` then ``<think>`` gives two ``"\n"``
+tokens, never the ``"\n\n"`` token a string ending there would give), so every turn after a search starts from a
+token sequence the model has read before (:func:`_as_followed`).
+
 Inserted text can never become a special or added token: environment text is encoded with special tokens split
 (``<|im_end|>`` in a passage stays the characters ``<``, ``|``, …, never the end-of-turn id) and added tokens
 broken (``<tool_call>`` in a passage under the Search-R1 protocol never becomes Qwen's tool-call id), and the
@@ -111,7 +116,7 @@ def encode_prompt(
     that ignores them, or no template, gets them declared in the prompt text instead.
     """
     text, templated = render_prompt(tokenizer, prompt_text, chat_template, tools)
-    return list(tokenizer(text, add_special_tokens=not templated)["input_ids"])
+    return _as_followed(tokenizer, text, lambda t: list(tokenizer(t, add_special_tokens=not templated)["input_ids"]))
 
 
 _WORD_JOINER = "\u2060"
@@ -178,6 +183,32 @@ def _encode_text(tokenizer: Any, text: str, *, inserted: bool = False, tags: tup
 
 def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
     return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+#: What the model writes after an inserted block, as far as a tokenizer's boundary rules care: some non-space
+#: text (a protocol tag, a word). Appended when encoding text that ends in whitespace, then taken off again.
+_NEXT_TEXT = "<"
+
+
+def _as_followed(tokenizer: Any, text: str, encode: Any) -> list[int]:
+    """Ids of ``text`` (``encode(text)``) with its trailing whitespace tokenized as it is when text follows.
+
+    A byte-level BPE pre-tokenizer splits whitespace by what comes after it: ``"\n\n"`` at the very end of a string
+    is one token, but before ``<think>`` inside a prompt it is two ``"\n"`` tokens (SmolLM2). Encoding an
+    information block on its own would give the model, after every search, a token sequence that never precedes
+    a tag in its prompt or its training data. So the block is encoded followed by :data:`_NEXT_TEXT` and that
+    text's ids are taken off again — when the boundary is clean (the ids split exactly at the end of ``text``);
+    otherwise, and for text that ends in no whitespace, the plain encoding stands.
+    """
+    ids = encode(text)
+    if not text or not text[-1].isspace():
+        return ids
+    followed = encode(text + _NEXT_TEXT)
+    tail = list(tokenizer(_NEXT_TEXT, add_special_tokens=False)["input_ids"])
+    head = followed[: len(followed) - len(tail)]
+    if followed[len(head) :] == tail and _decode(tokenizer, head) == _decode(tokenizer, ids):
+        return head
+    return ids
 
 
 def cut_at_action_end(tokenizer: Any, token_ids: Sequence[int], kept_text: str) -> int:
@@ -262,7 +293,7 @@ class EpisodeTokens:
     def add_forced(self, text: str) -> list[int]:
         """Record an action the harness wrote in the model's place (RAG's retrieval for the question), mask 0:
         the model reads it but never wrote it."""
-        ids = _encode_text(self.tokenizer, text)
+        ids = _as_followed(self.tokenizer, text, lambda t: _encode_text(self.tokenizer, t))
         self.response_ids.extend(ids)
         self.loss_mask.extend([0] * len(ids))
         self.logprobs.extend([0.0] * len(ids))
@@ -292,13 +323,14 @@ class EpisodeTokens:
             and any(s in frame[0] + frame[1] for s in _special_strings(self.tokenizer))
         )
         tags = protocol.all_tags if protocol is not None else ()
+        tokenizer = self.tokenizer
         if not framed:
-            return _encode_text(self.tokenizer, text, inserted=True, tags=tags)
+            return _as_followed(tokenizer, text, lambda t: _encode_text(tokenizer, t, inserted=True, tags=tags))
         body = text[len(frame[0]) : len(text) - len(frame[1])]
         return (
-            _encode_text(self.tokenizer, frame[0])
-            + _encode_text(self.tokenizer, body, inserted=True, tags=tags)
-            + _encode_text(self.tokenizer, frame[1])
+            _encode_text(tokenizer, frame[0])
+            + _encode_text(tokenizer, body, inserted=True, tags=tags)
+            + _as_followed(tokenizer, frame[1], lambda t: _encode_text(tokenizer, t))
         )
 
     @property

@@ -278,7 +278,24 @@ def test_information_is_clipped_to_word_budget():
     env = make_env(max_information_words=12)
     env.reset(options={"index": 0})
     obs, *_, info = env.step("<search>a</search>")
-    assert info["information_clipped"] and "Doc 3" not in obs and "…" in obs
+    assert info["information_clipped"] and "…" in obs
+    body = env.unwrapped.protocol.information_body(obs)
+    docs = [line.split(") ", 1)[1] for line in body.split("\n")]
+    assert len(docs) == 3 and sum(len(d.replace(" …", "").split()) for d in docs) <= 12  # the cap holds in all
+
+
+def test_a_word_cap_is_shared_by_the_passages_and_hides_none():
+    """Before, the cap was spent in rank order: with top-2 and 40 words, the first passage took all 40 words and
+    the second never showed (the CPU recipe's setting)."""
+    from searchenv.env.step_rules import clip_passages
+    from searchenv.types import Passage
+
+    long = " ".join(f"w{i}" for i in range(60))
+    kept, clipped = clip_passages([Passage("1", "A", long), Passage("2", "B", long)], 40)
+    assert clipped and [p.id for p in kept] == ["1", "2"]
+    assert [len(p.text.replace(" …", "").split()) for p in kept] == [20, 20]
+    kept, _ = clip_passages([Passage("1", "A", "five words of short text"), Passage("2", "B", long)], 40)
+    assert kept[0].text == "five words of short text" and len(kept[1].text.replace(" …", "").split()) == 35
 
 
 @pytest.mark.parametrize(

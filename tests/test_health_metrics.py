@@ -64,7 +64,8 @@ def test_the_text_path_reads_the_same_thinking_and_passages() -> None:
 def test_both_paths_count_the_passages_each_search_showed(protocol) -> None:
     """Real BM25 episodes on the world, a word budget that drops and cuts passages: every path counts what the
     environment showed (its shown ids), from the transcript alone."""
-    env = SearchQAEnv(retriever="bm25", topk=5, max_turns=4, max_information_words=180, protocol=protocol)
+    # 3 words for 5 passages: the fair share cuts three to one word each and drops two
+    env = SearchQAEnv(retriever="bm25", topk=5, max_turns=4, max_information_words=3, protocol=protocol)
     _, info = env.reset(options={"index": 3})
     tags = env.protocol.search_tags
 

@@ -117,3 +117,36 @@ def test_passage_text_never_becomes_an_added_token(qwen_tokenizer):
     env_ids = [t for t, m in zip(tokens.response_ids, tokens.loss_mask) if m == 0]
     assert not added & set(env_ids)
     assert qwen_tokenizer.decode(env_ids) == observation  # the same characters, only not the added ids
+
+
+def test_an_environment_transcript_reads_token_for_token_like_the_prompts_worked_example(smollm2_tokenizer):
+    """The seam after every search: an information block encoded on its own ended in SmolLM2's one ``"\\n\\n"``
+    token, while the prompt's worked example (what the model imitates) has two ``"\\n"`` tokens before ``<think>``.
+    An episode the environment plays with the example's own actions must give the example's ids exactly."""
+    from searchenv.protocol import get_protocol
+    from searchenv.types import Passage
+
+    class ExampleRetriever:
+        def search(self, queries, k):
+            return [[Passage("1", "Orvane Abbey", "Orvane Abbey was founded by Tesk Mallor in 1210.")] for _ in queries]
+
+    template = get_protocol("search-r1-fewshot").prompt_template
+    example = template[template.index("<think> I do not know") : template.index("\n\nQuestion: {question}")]
+    actions = [example[: example.index("</search>") + len("</search>")]]
+    actions.append(example[example.index("<think> The passage") :])
+    question = [{"id": "x", "question": "Who founded Orvane Abbey?", "golden_answers": ["Tesk Mallor"]}]
+    env = SearchQAEnv(dataset=question, retriever=ExampleRetriever(), protocol="search-r1-fewshot", topk=1)
+    env.reset(options={"index": 0})
+    builder = EpisodeTokens(smollm2_tokenizer, [], env.protocol)
+    for action in actions:
+        ids = smollm2_tokenizer(action, add_special_tokens=False)["input_ids"]  # the model writes the example's ids
+        builder.add_action(ids, None, env.protocol)
+        obs, *_ = env.step(action)
+        if obs:
+            builder.add_env(obs)
+    assert env.episode.response_text == example  # the environment writes the example's text ...
+    expected = smollm2_tokenizer(example, add_special_tokens=False)["input_ids"]
+    assert builder.result().response_ids == expected  # ... and its ids, token for token
+    newline = smollm2_tokenizer.convert_tokens_to_ids("Ċ")
+    after_block = builder.response_ids[len(builder.response_ids) - len(smollm2_tokenizer(actions[1])["input_ids"]) - 2 :]
+    assert after_block[:2] == [newline, newline]  # two "\n" tokens before <think>, not one "\n\n"

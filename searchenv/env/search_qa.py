@@ -121,8 +121,9 @@ class SearchQAEnv(gym.Env[str, str]):
     - ``protocol``: ``"search-r1"`` (default), ``"r1-searcher"``, ``"r-search"``, a tool-call protocol name,
       or a :class:`~searchenv.protocol.Protocol`.
     - ``invalid_hint``: overrides the protocol's corrective hint.
-    - ``max_information_words``: cap on passage words per information block (400, ≈ the paper's 500 tokens);
-      ``None`` disables it.
+    - ``max_information_words``: cap on passage words per information block (400, ≈ the paper's 500 tokens),
+      shared fairly among the block's passages (each is cut to a common share, so none is hidden); ``None``
+      disables it.
     - ``max_page_words``: cap on the words of an opened document (1,000; the passages' clipping rule);
       ``None`` disables it.
     - ``max_query_chars``: longer queries are cut before they reach the engine (2,000).

@@ -535,21 +535,43 @@ def clip_words(text: str, max_words: int | None) -> tuple[str, bool]:
 
 
 def clip_passages(passages: Sequence[Passage], max_words: int | None) -> tuple[list[Passage], bool]:
-    """Keep at most ``max_words`` words of passage text in total, in rank order (the paper's 500-token cap), each
-    passage cut by :func:`clip_words`."""
+    """Keep at most ``max_words`` words of passage text in total (the paper's 500-token cap), shared fairly among
+    the passages: each is cut by :func:`clip_words` to a common share, and the words a short passage leaves unused
+    go to the others. Every passage is shown (a block of two 60-word passages under a 40-word cap shows 20 words of
+    each), unless the cap is smaller than the number of passages; a rank-order cap would fill the block with the
+    first passage and hide the rest."""
     if max_words is None:
         return list(passages), False
-    kept, budget, clipped = [], max_words, False
-    for p in passages:
-        if budget <= 0:
-            clipped = True
-            break
+    shares = _fair_shares([len(p.text.split()) for p in passages], max_words)
+    kept, clipped = [], False
+    for p, share in zip(passages, shares):
         words = len(p.text.split())
-        if words > budget:
-            text, _ = clip_words(p.text, budget)
+        if share <= 0 and words:
+            clipped = True
+            continue
+        if words > share:
+            text, _ = clip_words(p.text, share)
             stored = None if p.stored_contents is None else f"{p.stored_title_and_text()[0]}\n{text}"
             p = Passage(p.id, p.title, text, p.score, stored)
             clipped = True
         kept.append(p)
-        budget -= words
     return kept, clipped
+
+
+def _fair_shares(lengths: Sequence[int], budget: int) -> list[int]:
+    """Words each passage may keep: ``min(length, level)`` for the highest level whose total fits ``budget``
+    (water-filling), the budget's last few words going to the earliest-ranked passages still cut."""
+    shares = [0] * len(lengths)
+    left, open_rows = budget, sorted(range(len(lengths)), key=lambda i: lengths[i])
+    while open_rows and left > 0:
+        level = left // len(open_rows)
+        short = [i for i in open_rows if lengths[i] <= level]
+        if not short:  # every passage left is longer than the level: all are cut to it, extras by rank
+            for rank, i in enumerate(sorted(open_rows)):
+                shares[i] = level + (1 if rank < left - level * len(open_rows) else 0)
+            return shares
+        for i in short:
+            shares[i] = lengths[i]
+            left -= lengths[i]
+        open_rows = [i for i in open_rows if lengths[i] > level]
+    return shares

@@ -24,7 +24,7 @@ METHODS = ("agent", "direct", "rag")
 
 # One worked example per baseline for the few-shot protocol (tiny models copy the example's shape).
 _EXAMPLE_Q = "Who founded Orvane Abbey?"
-_EXAMPLE_DOC = "Doc 1(Title: Orvane Abbey) Orvane Abbey was founded by Tesk Mallor in 1210.\n"
+_EXAMPLE_DOC = "Doc 1(Title: Orvane Abbey) Orvane Abbey was founded by Tesk Mallor in 1210."
 
 
 def _direct_prompt(p: Protocol, fewshot: bool) -> str:

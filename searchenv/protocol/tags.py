@@ -9,12 +9,14 @@ __all__ = ["TAG_PROTOCOLS"]
 
 # One worked example instead of instructions: tiny instruct models (SmolLM2-135M) never wrote a tag in 16
 # samples from the instruction above, but copy the example's shape; short, since prompt tokens dominate CPU time.
+# The example is laid out exactly as the environment writes an episode (Search-R1's block layout), so the turns
+# of a real episode read token for token like the example (tests/test_tokenization.py holds them together).
 _SEARCH_R1_FEWSHOT_PROMPT = (
     "Answer the question. Think inside <think> </think>, search with <search> query </search> (results come "
     "back inside <information> </information>) and give the final answer inside <answer> </answer>.\n\n"
     "Question: Who founded Orvane Abbey?\n<think> I do not know, I should search. </think>\n"
     "<search> Orvane Abbey founder </search>\n\n<information>Doc 1(Title: Orvane Abbey) Orvane Abbey was founded "
-    "by Tesk Mallor in 1210.\n</information>\n\n<think> The passage says Tesk Mallor. </think>\n"
+    "by Tesk Mallor in 1210.</information>\n\n<think> The passage says Tesk Mallor. </think>\n"
     "<answer> Tesk Mallor </answer>\n\nQuestion: {question}\n"
 )
 
