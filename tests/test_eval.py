@@ -60,15 +60,15 @@ def test_eval_plays_a_local_model_on_the_training_token_path(local_policy):
     local checkpoint must read the same ids (it re-encoded the whole response text before, which made it the
     special token)."""
     from searchenv.evaluation.runner import Cell, _make_envs, _play_batch
-    from searchenv.rollout import EpisodeDriver, HFGenerator, SamplingConfig
+    from searchenv.rollout import EpisodeDriver, HFGenerator
     from searchenv.types import QAExample
 
     class RecordingEngine(HFGenerator):
         contexts: list[list[int]] = []
 
-        def generate(self, contexts, stop_strings, max_new_tokens, streamer=None):
+        def generate(self, contexts, stop_strings, max_new_tokens, on_tokens=None):
             self.contexts.extend(list(c) for c in contexts)
-            return super().generate(contexts, stop_strings, max_new_tokens, streamer)
+            return super().generate(contexts, stop_strings, max_new_tokens, on_tokens)
 
     example = QAExample("q0", "Who founded Orvane Abbey?", ("Tesk Mallor",))
     settings = {"protocol": "search-r1-fewshot", "reward": "em", "topk": 1, "max_turns": 2, "budget": "actions"}

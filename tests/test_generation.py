@@ -169,40 +169,94 @@ def test_smollm2_rollout_is_deterministic_and_keeps_sampled_ids(smollm2_dir):
         assert all(tokens.loss_mask[i] == 1 for i in eos_at)  # pad == EOS, yet generated EOS stays a model token
 
 
-def test_padding_after_a_stop_string_is_not_an_unsampled_eos(smollm2_dir):
-    """Rows that stop at a stop string are padded with pad == EOS while others go on; that EOS is not kept."""
+@pytest.fixture(scope="module")
+def smollm2(smollm2_dir):
     torch.set_num_threads(1)
+    return load_policy(str(smollm2_dir))
+
+
+def _teacher_forced_logprobs(model, context: list[int], sampled: list[int]) -> list[float]:
+    with torch.no_grad():
+        logits = model(torch.tensor([context + sampled])).logits[0, len(context) - 1 : -1].float()
+    return logits.log_softmax(-1).gather(-1, torch.tensor(sampled)[:, None]).squeeze(-1).tolist()
+
+
+def test_the_engine_decodes_as_transformers_does_with_exact_logprobs(smollm2):
+    """Rows of different lengths in one batch (padding inside the cache) decode exactly as each alone through
+    ``model.generate``, and each sampled token's log-probability is the model's for it."""
+    model, tok = smollm2
+    texts = ["The capital of France is", "Once upon a time, in a land far away, there lived", "1, 2, 3,"]
+    contexts = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    engine = HFGenerator(model, tok, SamplingConfig(temperature=0, max_new_tokens=12))
+    turns = engine.generate(contexts, ["."], [12, 12, 5])
+    assert len(turns[2].token_ids) <= 5  # each row has its own cap
+    for context, turn in zip(contexts, turns):
+        alone = model.generate(
+            torch.tensor([context]), max_new_tokens=len(turn.token_ids), do_sample=False, pad_token_id=tok.pad_token_id
+        )
+        assert turn.token_ids == alone[0, len(context) :].tolist()
+        assert turn.logprobs == pytest.approx(_teacher_forced_logprobs(model, context, turn.token_ids), abs=1e-4)
+        assert "." not in tok.decode(turn.token_ids[:-1])  # a row stops at the token that completes a stop string
+
+
+def test_a_later_turn_feeds_only_what_is_new_and_gives_what_a_fresh_engine_gives(smollm2):
+    """The KV cache kept between the turns of an episode: the second turn feeds the model the environment's text
+    and the last sampled token, not the whole context again, with the same result as a fresh engine."""
+    model, tok = smollm2
+    fed: list[int] = []
+    hook = model.get_input_embeddings().register_forward_pre_hook(lambda _, args: fed.append(args[0].numel()))
+    try:
+        sampling = SamplingConfig(temperature=0, max_new_tokens=10)
+        engine = HFGenerator(model, tok, sampling)
+        contexts = [tok(t, add_special_tokens=False)["input_ids"] for t in ["Say hello to", "Paris is the capital of"]]
+        first = engine.generate(contexts, [], [10, 10])
+        inserted = tok("\n\n<information>Doc 1(Title: X) y</information>\n\n", add_special_tokens=False)["input_ids"]
+        later = [c + t.token_ids + inserted for c, t in zip(contexts, first)]
+        fed.clear()
+        cached = engine.generate(later, [], [8, 8])
+        fed_cached = sum(fed)
+        fed.clear()
+        fresh = HFGenerator(model, tok, sampling).generate(later, [], [8, 8])
+        fed_fresh = sum(fed)
+    finally:
+        hook.remove()
+    assert [t.token_ids for t in cached] == [t.token_ids for t in fresh]
+    assert [t.logprobs for t in cached] == [pytest.approx(t.logprobs, abs=1e-4) for t in fresh]
+    assert fed_cached < fed_fresh - 2 * len(contexts[0])  # the prompts and first turns were not fed again
+
+
+def test_the_cache_is_dropped_when_the_weights_change(smollm2_dir):
     model, tok = load_policy(str(smollm2_dir))
-    assert tok.pad_token_id == tok.eos_token_id
-    sampling = SamplingConfig(temperature=1.0, max_new_tokens=12)
-    generator = HFGenerator(model, tok, sampling)
+    engine = HFGenerator(model, tok, SamplingConfig(temperature=0, max_new_tokens=6))
+    context = tok("The sea is", add_special_tokens=False)["input_ids"]
+    first = engine.generate([context], [], [6])[0]
+    with torch.no_grad():
+        for layer in model.model.layers:  # an optimizer step, in place: every cached key and value is stale
+            layer.self_attn.k_proj.weight.mul_(0.5)
+            layer.self_attn.v_proj.weight.mul_(2.0)
+    again = engine.generate([context + first.token_ids], [], [6])[0]
+    fresh = HFGenerator(model, tok, engine.sampling).generate([context + first.token_ids], [], [6])[0]
+    assert again.token_ids == fresh.token_ids and again.logprobs == pytest.approx(fresh.logprobs, abs=1e-4)
+
+
+def test_sampled_rows_stop_at_their_own_stop_string_and_report_sampler_logprobs(smollm2):
+    """Temperature and top-p: rows stop at different lengths; each log-probability is the sampled token's under the
+    processed (tempered, nucleus-cut) distribution, so it is never above the unprocessed model's by chance."""
+    model, tok = smollm2
+    sampling = SamplingConfig(temperature=0.7, top_p=0.9, max_new_tokens=12)
+    engine = HFGenerator(model, tok, sampling)
     torch.manual_seed(0)
     context = tok("The sea is", add_special_tokens=False)["input_ids"]
-    turns = generator.generate([context] * 6, ["e"], [12] * 6)  # "e" stops rows after different numbers of tokens
-    lengths = {len(t.token_ids) for t in turns}
-    assert len(lengths) > 1, "rows should stop at different lengths, so the shorter ones are padded"
+    turns = engine.generate([context] * 6, ["e"], [12] * 6)
+    assert len({len(t.token_ids) for t in turns}) > 1
     for turn in turns:
-        assert len(turn.logprobs) == len(turn.token_ids)
+        assert len(turn.logprobs) == len(turn.token_ids) and all(lp <= 0 for lp in turn.logprobs)
         text = tok.decode(turn.token_ids)
-        if "e" in text:  # stopped at the stop string: it is the end, nothing the model did not sample follows
-            assert turn.token_ids[-1] != tok.eos_token_id
-    # the vocabulary scan behind a stop-string criterion runs once per stop set, not once per turn
-    assert generator.stop_criterion(["e"]) is generator.stop_criterion(["e"])
-    assert generator.stop_criterion(["e"]) is not generator.stop_criterion(["e", "x"])
-
-
-def test_sampled_length_tells_a_sampled_eos_from_padding(smollm2_tokenizer):
-    from searchenv.rollout import sampled_length
-
-    tok = smollm2_tokenizer
-    eos = tok.eos_token_id
-    action = tok("<search> Brosara </search>", add_special_tokens=False)["input_ids"]
-    stops = ["</search>", "</answer>"]
-    assert sampled_length(action + [eos, eos], {eos}, eos, stops, tok) == len(action)  # padding
-    words = tok("I am not sure.", add_special_tokens=False)["input_ids"]
-    assert sampled_length(words + [eos, eos], {eos}, eos, stops, tok) == len(words) + 1  # sampled EOS is kept
-    assert sampled_length(words, {eos}, eos, stops, tok) == len(words)  # ran to the cap
-    assert sampled_length(words + [0, 0], {eos}, 0, stops, tok) == len(words)  # pad differs from EOS
+        assert "e" not in tok.decode(turn.token_ids[:-1]) and ("e" in text or len(turn.token_ids) == 12)
+    torch.manual_seed(0)
+    assert [t.token_ids for t in HFGenerator(model, tok, sampling).generate([context] * 6, ["e"], [12] * 6)] == [
+        t.token_ids for t in turns
+    ]  # seeded sampling repeats
 
 
 def test_load_policy_gives_float32_master_weights_for_a_bf16_checkpoint(smollm2_tokenizer, tmp_path):

@@ -238,8 +238,8 @@ def test_chunked_logprobs_and_entropy_equal_the_full_log_softmax(policy):
         expected_entropy = -(full.exp() * full).sum(-1)
         got, entropy = token_logprobs(model, batch, temperature=0.7, chunk=7, with_entropy=True)
     assert got.shape == (2, width)
-    real = batch.response_mask > 0
-    assert torch.allclose(got[real], expected[real], atol=1e-4)
+    real = batch.loss_mask > 0  # the model's own tokens; environment tokens and padding read 0
+    assert torch.allclose(got[real], expected[real], atol=1e-4) and not got[batch.loss_mask == 0].any()
     # entropy sums p·log p over the whole vocabulary: float32 rounding grows with it (relative, not absolute)
     assert torch.allclose(entropy[real], expected_entropy[real], rtol=1e-3, atol=1e-3)
     # with autograd the chunks are recomputed in the backward pass; gradients flow to the weights
@@ -247,6 +247,41 @@ def test_chunked_logprobs_and_entropy_equal_the_full_log_softmax(policy):
     token_logprobs(model, batch, chunk=5)[real].sum().backward()
     assert model.get_output_embeddings().weight.grad.abs().sum() > 0
     model.zero_grad(set_to_none=True)
+
+
+def test_a_shared_prompt_runs_once_with_the_logprobs_and_gradients_of_separate_passes(policy):
+    """A GRPO group shares its prompt: one pass over it, keys and values copied to each episode, gives the per-token
+    log-probabilities and the gradient of one full pass per episode."""
+    model, tok = policy
+    episodes = [
+        _episode(
+            tok,
+            "Who founded Orvane Abbey?",
+            [("model", "<search> a </search>"), ("env", "\n\n<information>x y"), ("model", "b")],
+        ),
+        _episode(tok, "Who founded Orvane Abbey?", [("model", "<answer> Tesk Mallor </answer>")]),
+        _episode(tok, "Q two?", [("model", "hmm"), ("env", "\nMy previous action is invalid.\n")]),
+    ]
+    batch = collate(episodes, [1.0, 0.0, 0.5], tok.pad_token_id)
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+    def separate_passes():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions).logits
+        logp = logits[:, batch.prompt_width - 1 : -1].float().log_softmax(-1)
+        return logp.gather(-1, batch.input_ids[:, batch.prompt_width :, None]).squeeze(-1) * batch.loss_mask
+
+    def gradient(logprobs):
+        model.zero_grad(set_to_none=True)
+        (logprobs * torch.linspace(0.5, 1.5, logprobs.numel()).view_as(logprobs)).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        model.zero_grad(set_to_none=True)
+        return grads
+
+    expected = separate_passes()
+    shared = token_logprobs(model, batch)
+    assert torch.allclose(shared, expected, atol=1e-4)
+    for got, want in zip(gradient(token_logprobs(model, batch)), gradient(separate_passes())):
+        assert torch.allclose(got, want, atol=1e-3 * max(1.0, float(want.abs().max())))
 
 
 def test_explained_variance_is_one_for_a_perfect_critic_and_zero_for_a_constant_one():

@@ -148,5 +148,6 @@ def test_an_environment_transcript_reads_token_for_token_like_the_prompts_worked
     expected = smollm2_tokenizer(example, add_special_tokens=False)["input_ids"]
     assert builder.result().response_ids == expected  # ... and its ids, token for token
     newline = smollm2_tokenizer.convert_tokens_to_ids("Ċ")
-    after_block = builder.response_ids[len(builder.response_ids) - len(smollm2_tokenizer(actions[1])["input_ids"]) - 2 :]
+    last_turn = len(smollm2_tokenizer(actions[1])["input_ids"])
+    after_block = builder.response_ids[len(builder.response_ids) - last_turn - 2 :]
     assert after_block[:2] == [newline, newline]  # two "\n" tokens before <think>, not one "\n\n"

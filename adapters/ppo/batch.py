@@ -1,7 +1,10 @@
 """Episodes as padded tensors, and what a model says about them: per-token log-probabilities and values.
 
 Log-probabilities and entropies are computed from the final hidden states a chunk of tokens at a time
-(:func:`token_logprobs`), so the ``(tokens × vocabulary)`` log-softmax never exists in full.
+(:func:`token_logprobs`), so the ``(tokens × vocabulary)`` log-softmax never exists in full, and only at the model's
+own tokens (the loss never reads an environment token's). Episodes that share their prompt (a GRPO group) run it
+through the model once (:func:`response_hidden`): the prompt is most of an episode's tokens on a small budget, and
+the gradient through the shared prompt is the sum over the group, exactly what separate passes would give.
 """
 
 from __future__ import annotations
@@ -82,6 +85,41 @@ def _forward(model: nn.Module, batch: Batch, **kwargs: Any) -> Any:
     return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions, **kwargs)
 
 
+def response_hidden(decoder: nn.Module, batch: Batch) -> torch.Tensor:
+    """The decoder's final hidden state before every response token: ``(episodes, response_width, hidden)``.
+
+    Rows with the same (left-padded) prompt share one pass over it: the prompt runs once per distinct prompt with
+    its keys and values kept, those are copied to each row of its group, and the responses run on top."""
+    from searchenv.rollout.kv_cache import cache_keyword, output_cache
+
+    width = batch.prompt_width
+    prompts = torch.cat([batch.input_ids[:, :width], batch.attention_mask[:, :width]], dim=1)
+    distinct, group = torch.unique(prompts, dim=0, return_inverse=True)
+    if len(distinct) == len(prompts):
+        return _forward(decoder, batch).last_hidden_state[:, width - 1 : -1]
+    from transformers import DynamicCache
+
+    prompt_mask = distinct[:, width:]
+    shared = decoder(
+        input_ids=distinct[:, :width],
+        attention_mask=prompt_mask,
+        position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
+        use_cache=True,
+    )
+    kept = output_cache(shared).layers
+    layers = [(layer.keys.index_select(0, group), layer.values.index_select(0, group)) for layer in kept]
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    rest = decoder(
+        input_ids=batch.input_ids[:, width:],
+        attention_mask=batch.attention_mask,
+        position_ids=positions[:, width:],
+        use_cache=True,
+        **{cache_keyword(decoder): DynamicCache(ddp_cache_data=layers)},
+    )
+    last_prompt = shared.last_hidden_state.index_select(0, group)[:, -1:]
+    return torch.cat([last_prompt, rest.last_hidden_state[:, :-1]], dim=1)
+
+
 def _chunk_logprobs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool):
     logits = head(hidden).float()
     if temperature not in (0, 1):
@@ -99,7 +137,8 @@ def _chunk_logprobs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor
 def token_logprobs(
     model: nn.Module, batch: Batch, temperature: float = 1.0, chunk: int = 1024, with_entropy: bool = False
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Log-probability of every response token under ``model``: ``(episodes, response_width)``.
+    """Log-probability of every model token of the responses under ``model``: ``(episodes, response_width)``, 0 at
+    environment tokens and padding.
 
     Logits are divided by the sampling temperature so ratios compare the distribution actually sampled from.
     The lm head runs on ``chunk`` response positions at a time and each chunk keeps only the chosen token's logit
@@ -107,11 +146,13 @@ def token_logprobs(
     backward pass (activation checkpointing), so neither pass holds more than ``chunk × vocabulary`` logits.
     """
     width = batch.input_ids.shape[1] - batch.prompt_width
-    # The decoder body alone returns only its final (normed) hidden states; the lm head is applied below in chunks.
-    hidden = _forward(model.get_decoder(), batch).last_hidden_state[:, batch.prompt_width - 1 : -1]
+    # The decoder body alone returns only its final (normed) hidden states; the lm head is applied below in chunks,
+    # at the model's own tokens only (environment positions stay 0: every loss reads them through the mask).
+    hidden = response_hidden(model.get_decoder(), batch)
     targets = batch.input_ids[:, batch.prompt_width :]
     rows = hidden.shape[0]
-    flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(-1)
+    at = batch.loss_mask.reshape(-1).nonzero().flatten()
+    flat_hidden, flat_targets = hidden.reshape(rows * width, -1).index_select(0, at), targets.reshape(-1)[at]
     head = model.get_output_embeddings()
     chosen, entropy = [], []
     for start in range(0, flat_targets.shape[0], chunk):
@@ -124,10 +165,14 @@ def token_logprobs(
             lp, ent = _chunk_logprobs(head, *part, temperature, with_entropy)
         chosen.append(lp)
         entropy.append(ent)
-    logprobs = torch.cat(chosen).view(rows, width)
+
+    def spread(values: list[torch.Tensor]) -> torch.Tensor:
+        flat = torch.cat(values) if values else hidden.new_zeros(0, dtype=torch.float32)
+        return torch.zeros(rows * width, dtype=flat.dtype, device=flat.device).index_copy(0, at, flat).view(rows, width)
+
     if with_entropy:
-        return logprobs, torch.cat(entropy).view(rows, width)
-    return logprobs
+        return spread(chosen), spread(entropy)
+    return spread(chosen)
 
 
 class ValueModel(nn.Module):
@@ -142,5 +187,4 @@ class ValueModel(nn.Module):
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Value of the state before each response token: ``(episodes, response_width)``."""
-        hidden = _forward(self.body, batch).last_hidden_state
-        return self.head(hidden[:, batch.prompt_width - 1 : -1].float()).squeeze(-1)
+        return self.head(response_hidden(self.body, batch).float()).squeeze(-1)

@@ -18,7 +18,6 @@ from searchenv.rollout import (
     make_envs,
     read_run_settings,
     rollout,
-    sampled_length,
     write_run_settings,
 )
 
@@ -37,6 +36,5 @@ __all__ = [
     "make_envs",
     "read_run_settings",
     "rollout",
-    "sampled_length",
     "write_run_settings",
 ]

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 from typing import Protocol as TypingProtocol
 
-from searchenv.evaluation.progress import TokenCounter
 from searchenv.rollout.sampling import GeneratedTurn, SamplingConfig, TurnGenerator
 
 __all__ = [
@@ -175,9 +174,7 @@ class _Streaming:
     def generate(
         self, contexts: Sequence[Sequence[int]], stop_strings: Sequence[str], max_new_tokens: Sequence[int]
     ) -> list[GeneratedTurn]:
-        on_tokens = self._policy.on_tokens
-        counter = TokenCounter(self.tokenizer.pad_token_id, on_tokens) if on_tokens else None
-        return self.engine.generate(contexts, stop_strings, max_new_tokens, counter)
+        return self.engine.generate(contexts, stop_strings, max_new_tokens, self._policy.on_tokens)
 
 
 def local_device() -> str:

@@ -3,17 +3,17 @@
 An episode is finished only after its last turn, and a batch of episodes only after its slowest one; on a CPU one
 turn of a small model can take minutes. A bar of finished episodes alone sits at ``0/N`` all that time and looks
 hung, so a second line counts the model's turns and generated tokens: it moves with every token a local model
-writes (:class:`TokenCounter`, a ``transformers`` streamer) and is set to the policy's exact count after each turn
+writes (the engine's ``on_tokens`` hook, once per decoding step) and is set to the policy's exact count after each turn
 (every policy reports one, endpoints included).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TextIO
 
-__all__ = ["REFRESH_SECONDS", "EvalProgress", "TokenCounter"]
+__all__ = ["REFRESH_SECONDS", "EvalProgress"]
 
 #: Least time between two redraws of a line (tqdm's ``mininterval``); tests set 0 to see every update.
 REFRESH_SECONDS = 0.5
@@ -51,23 +51,3 @@ class EvalProgress:
     def close(self) -> None:
         self._tokens.close()
         self._episodes.close()
-
-
-class TokenCounter:
-    """A ``transformers`` streamer that counts new tokens instead of printing them.
-
-    ``generate(streamer=...)`` hands it the prompt once (a 2-D tensor, skipped) and then, per decoding step, the
-    new token of every row (1-D); a row that has finished gets ``pad_id``, which is not counted.
-    """
-
-    def __init__(self, pad_id: int | None, on_tokens: Callable[[int], None]):
-        self.pad_id = pad_id
-        self.on_tokens = on_tokens
-
-    def put(self, value: Any) -> None:
-        if value.dim() != 1:
-            return
-        self.on_tokens(int((value != self.pad_id).sum()) if self.pad_id is not None else int(value.numel()))
-
-    def end(self) -> None:
-        """Nothing to flush: counts were reported as they came."""

@@ -13,7 +13,7 @@ Importing this package does not import torch or transformers; the engines load t
 from __future__ import annotations
 
 from searchenv.rollout.driver import EpisodeDriver, EpisodeResult, TurnRequest, make_envs, rollout
-from searchenv.rollout.engines import HFGenerator, VLLMEngineGenerator, VLLMGenerator, sampled_length
+from searchenv.rollout.engines import HFGenerator, VLLMEngineGenerator, VLLMGenerator
 from searchenv.rollout.models import MODEL_ALIASES, gguf_tokenizer, load_policy
 from searchenv.rollout.run_file import RUN_FILE, RUN_KEYS, read_run_settings, write_run_settings
 from searchenv.rollout.sampling import GeneratedTurn, SamplingConfig, TurnGenerator
@@ -36,6 +36,5 @@ __all__ = [
     "make_envs",
     "read_run_settings",
     "rollout",
-    "sampled_length",
     "write_run_settings",
 ]

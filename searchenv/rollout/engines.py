@@ -8,22 +8,32 @@ implementing :meth:`~searchenv.rollout.sampling.TurnGenerator.generate`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from searchenv.rollout.kv_cache import cache_keyword, growing_cache
 from searchenv.rollout.sampling import GeneratedTurn, SamplingConfig
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["HFGenerator", "VLLMEngineGenerator", "VLLMGenerator", "sampled_length"]
+__all__ = ["HFGenerator", "VLLMEngineGenerator", "VLLMGenerator"]
 
 
 class HFGenerator:
-    """Batched sampling with a ``transformers`` causal LM (left padding, engine-level stop strings).
+    """Batched sampling with a ``transformers`` causal LM: a decoding loop of its own over one KV cache that is kept
+    between calls, so the turns of an episode never prefill its context again.
 
-    Logprobs are taken from the processed scores (after temperature and top-p), i.e. the log-probability of
-    each sampled token under the distribution it was actually drawn from.
+    Each call matches every context to the cached row that shares its longest prefix (the same episode's previous
+    turn: prompt, earlier turns, the action just sampled) and feeds the model only what is new since (the
+    environment's block, the next turn's first token). Rows of one batch sit at different lengths: a 2-D attention
+    mask marks which cache slots each row reads and position ids count its own tokens, so padding anywhere costs
+    memory but never changes a result. The cache is dropped when the weights change (an optimizer step, detected by
+    the parameters' in-place version counters) and replaced by each call's rows, so it holds one batch at most.
+
+    Log-probabilities are taken from the processed distribution (after temperature and top-p, as ``transformers``'
+    ``TopPLogitsWarper`` cuts it): the log-probability of each sampled token under the distribution it was drawn
+    from. ``temperature=0`` is greedy.
     """
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sampling: SamplingConfig):
@@ -35,86 +45,206 @@ class HFGenerator:
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [eos]) - {None}
-        self._stop_criteria: dict[tuple[str, ...], Any] = {}
-
-    def stop_criterion(self, stop_strings: Sequence[str]) -> Any:
-        """``transformers``' stop-string criterion, built once per set of stop strings.
-
-        Building one scans the whole vocabulary (0.25-0.8 CPU-seconds for SmolLM2's 49k tokens), and
-        ``generate(stop_strings=...)`` builds a new one on every call, i.e. every turn of every rollout. The
-        criterion keeps no state between calls (it reads the ids it is given), so one per stop set is reused.
-        """
-        key = tuple(stop_strings)
-        if key not in self._stop_criteria:
-            from transformers import StopStringCriteria
-
-            self._stop_criteria[key] = StopStringCriteria(self.tokenizer, list(key))
-        return self._stop_criteria[key]
+        self._cache = _PrefixCache()
 
     def generate(
         self,
         contexts: Sequence[Sequence[int]],
         stop_strings: Sequence[str],
         max_new_tokens: Sequence[int],
-        streamer: Any = None,
+        on_tokens: Callable[[int], None] | None = None,
     ) -> list[GeneratedTurn]:
-        """``streamer``: a ``transformers`` streamer that sees each decoding step (evaluation's progress counter)."""
+        """``on_tokens(n)``: hears the number of rows that got a new token, at every decoding step (progress)."""
         import torch
 
         if not contexts:  # a rank with no episode left still takes part in a synchronised turn
             return []
-        width = max(len(c) for c in contexts)
-        pad = self.tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(c)) + list(c) for c in contexts], dtype=torch.long)
-        attention = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], dtype=torch.long)
-        greedy = self.sampling.temperature == 0
-        kwargs: dict[str, Any] = {"do_sample": not greedy}
-        if not greedy:
-            kwargs.update(temperature=self.sampling.temperature, top_p=self.sampling.top_p, top_k=0)
-        was_training = self.model.training
-        self.model.eval()
-        with torch.no_grad():
-            out = self.model.generate(
-                input_ids=input_ids.to(self.model.device),
-                attention_mask=attention.to(self.model.device),
-                max_new_tokens=max(max_new_tokens),
-                stopping_criteria=[self.stop_criterion(stop_strings)] if stop_strings else None,
-                pad_token_id=pad,
-                eos_token_id=sorted(self.eos_ids),
-                output_scores=True,
-                return_dict_in_generate=True,
-                streamer=streamer,
-                **kwargs,
-            )
-        self.model.train(was_training)
-        new = out.sequences[:, width:].cpu()
-        # (rows, steps) logprob of every sampled token under the processed (sampling) distribution.
-        scores = torch.stack(out.scores, dim=1).float().log_softmax(-1).cpu()
-        token_logprobs = scores.gather(-1, new[:, : scores.shape[1]].unsqueeze(-1)).squeeze(-1)
-        turns = []
-        for row, cap in enumerate(max_new_tokens):
-            ids = new[row, :cap].tolist()
-            end = sampled_length(ids, self.eos_ids, pad, stop_strings, self.tokenizer)
-            turns.append(GeneratedTurn(ids[:end], token_logprobs[row, :end].tolist()))
-        return turns
+        model = self.model
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                return self._generate([list(c) for c in contexts], list(stop_strings), list(max_new_tokens), on_tokens)
+        finally:
+            model.train(was_training)
+
+    def _generate(
+        self, contexts: list[list[int]], stops: list[str], caps: list[int], on_tokens: Callable[[int], None] | None
+    ) -> list[GeneratedTurn]:
+        import torch
+
+        device = self.model.device
+        # Identical contexts (a GRPO group's first turn: one prompt, many samples) are fed once, then copied.
+        distinct = list(dict.fromkeys(map(tuple, contexts)))
+        first = [list(c) for c in distinct]
+        cache = self._cache.prepare(first, _weights_version(self.model), device)
+        logits = cache.feed(self.model, [c[len(c) - n :] for c, n in zip(first, cache.new_counts)], self._pad)
+        if len(distinct) < len(contexts):
+            where = {c: i for i, c in enumerate(distinct)}
+            index = torch.tensor([where[tuple(c)] for c in contexts], device=device)
+            cache.select(index)
+            logits = logits.index_select(0, index)
+        rows = len(contexts)
+        generated: list[list[int]] = [[] for _ in range(rows)]
+        logprobs: list[list[float]] = [[] for _ in range(rows)]
+        running = torch.tensor([cap > 0 for cap in caps], device=device)
+        window = max((len(s) for s in stops), default=0) + 2  # tokens to decode when looking for a stop string
+        for step in range(max(caps, default=0)):
+            tokens, token_logprobs = self._sample(logits)
+            live = running.nonzero().flatten().tolist()
+            for row in live:
+                token = int(tokens[row])
+                generated[row].append(token)
+                logprobs[row].append(float(token_logprobs[row]))
+                if (
+                    token in self.eos_ids
+                    or len(generated[row]) >= caps[row]
+                    or _stopped(self, generated[row], stops, window)
+                ):
+                    running[row] = False
+            if on_tokens is not None:
+                on_tokens(len(live))
+            if not bool(running.any()):
+                break
+            feed = [[int(tokens[row])] if bool(running[row]) else [] for row in range(rows)]
+            logits = cache.feed(self.model, feed, self._pad)
+        self._cache.keep(cache, [c + g[:-1] if g else c for c, g in zip(contexts, generated)])
+        return [GeneratedTurn(ids, lps) for ids, lps in zip(generated, logprobs)]
+
+    @property
+    def _pad(self) -> int:
+        return int(self.tokenizer.pad_token_id)
+
+    def _sample(self, logits: Any) -> tuple[Any, Any]:
+        """One token per row and its log-probability under the processed distribution."""
+        import torch
+
+        logits = logits.float()
+        if self.sampling.temperature == 0:
+            logprobs = logits.log_softmax(-1)
+            tokens = logprobs.argmax(-1)
+            return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+        logits = logits / self.sampling.temperature
+        if self.sampling.top_p < 1:
+            ordered, order = logits.sort(-1)
+            cumulative = ordered.softmax(-1).cumsum(-1)
+            remove = cumulative <= 1 - self.sampling.top_p
+            remove[:, -1] = False  # the most likely token always stays
+            logits = logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+        logprobs = logits.log_softmax(-1)
+        tokens = torch.multinomial(logprobs.exp(), 1).squeeze(-1)
+        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-def sampled_length(
-    ids: Sequence[int], eos_ids: set[int], pad_id: int, stop_strings: Sequence[str], tokenizer: PreTrainedTokenizerBase
-) -> int:
-    """How many of a row's ``generate`` output ids the model sampled (the rest is padding of a finished row).
+def _stopped(generator: HFGenerator, ids: list[int], stops: list[str], window: int) -> bool:
+    """Whether the turn's text now holds a stop string (only the last ``window`` tokens can complete one)."""
+    if not stops:
+        return False
+    tail = generator.tokenizer.decode(ids[-window:], skip_special_tokens=False)
+    return any(stop in tail for stop in stops)
 
-    ``generate`` pads a row that finished early (at a stop string or EOS) with ``pad_id`` while others continue.
-    A sampled EOS ends the row and is kept; but when ``pad_id`` is an EOS id, the padding looks like an EOS too.
-    The first EOS is padding exactly when the text before it already contains a stop string (the row had
-    stopped there), so it is dropped then and the model is never trained on a token it did not sample.
-    """
-    first_eos = next((i for i, t in enumerate(ids) if t in eos_ids), None)
-    if first_eos is not None:
-        if pad_id in eos_ids and any(s in tokenizer.decode(list(ids[:first_eos])) for s in stop_strings):
-            return first_eos
-        return first_eos + 1
-    return next((i for i, t in enumerate(ids) if t == pad_id), len(ids))
+
+def _weights_version(model: Any) -> int:
+    """A number that changes whenever a parameter is updated in place (an optimizer step, ``load_state_dict``)."""
+    return sum(p._version for p in model.parameters())
+
+
+class _PrefixCache:
+    """The KV cache of the last batch, one row per context it was given, and the token ids each row holds."""
+
+    def __init__(self) -> None:
+        self.layers: list[tuple[Any, Any]] = []  # (keys, values) per layer: [rows, heads, slots, head_dim]
+        self.mask: Any = None  # [rows, slots]: 1 where a row's slot holds one of its tokens
+        self.rows: list[list[int]] = []
+        self.version: int | None = None
+
+    def prepare(self, contexts: list[list[int]], version: int, device: Any) -> _Batch:
+        """A batch cache for ``contexts``: each starts from the cached row sharing its longest prefix (at least the
+        context's last token is always fed again, to get its logits), or from nothing."""
+        import torch
+
+        if version != self.version or not self.rows:
+            self.layers, self.mask, self.rows, self.version = [], None, [], version
+        sources, reused = [], []
+        for context in contexts:
+            best, length = -1, 0
+            for r, row in enumerate(self.rows):
+                common = _common_prefix(row, context)
+                if common > length:
+                    best, length = r, common
+            length = min(length, len(context) - 1)
+            sources.append(best)
+            reused.append(max(length, 0))
+        if not self.layers or all(s < 0 for s in sources):
+            return _Batch([], torch.zeros((len(contexts), 0), dtype=torch.long, device=device), reused, contexts)
+        index = torch.tensor([max(s, 0) for s in sources], device=device)
+        mask = self.mask.index_select(0, index).clone()
+        keep = torch.tensor(reused, device=device)[:, None]
+        mask = mask * (mask.cumsum(-1) <= keep)  # a row reads only its shared prefix
+        slots = mask.any(0).nonzero().flatten()  # slots no row reads are dropped
+        mask = mask.index_select(1, slots)
+        layers = [
+            (k.index_select(0, index).index_select(2, slots), v.index_select(0, index).index_select(2, slots))
+            for k, v in self.layers
+        ]
+        return _Batch(layers, mask, reused, contexts)
+
+    def keep(self, batch: _Batch, rows: list[list[int]]) -> None:
+        self.layers, self.mask, self.rows = batch.layers, batch.mask, rows
+
+
+class _Batch:
+    """One call's cache: rows aligned with the call's contexts, grown by :meth:`feed`."""
+
+    def __init__(self, layers: list[tuple[Any, Any]], mask: Any, reused: list[int], contexts: list[list[int]]):
+        self.cache = growing_cache(layers)
+        self.mask = mask
+        self.new_counts = [len(c) - n for c, n in zip(contexts, reused)]
+
+    @property
+    def layers(self) -> list[tuple[Any, Any]]:
+        return [(layer.keys, layer.values) for layer in self.cache.layers]
+
+    def select(self, index: Any) -> None:
+        """Rows ``index`` of this batch (a row may be taken several times)."""
+        self.cache = growing_cache([(k.index_select(0, index), v.index_select(0, index)) for k, v in self.layers])
+        self.mask = self.mask.index_select(0, index)
+
+    def feed(self, model: Any, pieces: list[list[int]], pad: int) -> Any:
+        """Run ``pieces`` (new ids per row, right-aligned, padding before) through the model over the cache; returns
+        the logits after each row's last new id."""
+        import torch
+
+        device = self.mask.device
+        width = max(len(p) for p in pieces)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in pieces], dtype=torch.long, device=device)
+        new = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in pieces], dtype=torch.long, device=device)
+        mask = torch.cat([self.mask, new], dim=1)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -width:]
+        out = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{cache_keyword(model): self.cache},
+        )
+        self.mask = mask
+        return out.logits[:, -1]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    low, high = 0, n  # a[:low] == b[:low] and a[:high] != b[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 class VLLMGenerator:
