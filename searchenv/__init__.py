@@ -32,6 +32,7 @@ _EXPORTS = {
     "TokenizedEpisode": "searchenv.tokenization",
     "encode_prompt": "searchenv.tokenization",
     "tokenize_episode": "searchenv.tokenization",
+    "tokenize_segments": "searchenv.tokenization",
     "load_dataset": "searchenv.data.datasets",
     "make_retriever": "searchenv.retrievers",
     "load_reward": "searchenv.reward_specs",
@@ -63,6 +64,7 @@ __all__ = [
     "step_batch",
     "step_batch_async",
     "tokenize_episode",
+    "tokenize_segments",
 ]
 
 if TYPE_CHECKING:
@@ -77,7 +79,13 @@ if TYPE_CHECKING:
     from searchenv.protocol import PROTOCOLS, Protocol, parse_action
     from searchenv.retrievers import make_retriever
     from searchenv.reward_specs import load_reward
-    from searchenv.tokenization import EpisodeTokens, TokenizedEpisode, encode_prompt, tokenize_episode
+    from searchenv.tokenization import (
+        EpisodeTokens,
+        TokenizedEpisode,
+        encode_prompt,
+        tokenize_episode,
+        tokenize_segments,
+    )
     from searchenv.types import Passage, QAExample, Retriever
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "encode_prompt",
     "render_prompt",
     "tokenize_episode",
+    "tokenize_segments",
 ]
 
 
@@ -360,32 +361,60 @@ def tokenize_episode(
         model_token_ids: the ids the engine generated, one sequence per model segment; when given they are
             used as they are, so model tokens are never re-tokenized. Without them the episode's own record
             (``episode.generations``, with its log-probs) is used when it covers every model segment; otherwise
-            the model text is tokenized segment by segment (fine for analysis, not for exact policy-gradient
-            training).
+            the model text is tokenized segment by segment (fine for analysis and supervised demonstrations, not
+            for exact policy-gradient training).
         chat_template: see :func:`encode_prompt`.
     """
     model_segments = sum(1 for s in episode.segments if s.author == "model")
+    recorded = episode.generations if model_token_ids is None and len(episode.generations) == model_segments else None
+    if recorded is not None:
+        model_token_ids = [g.token_ids for g in recorded]
+    return tokenize_segments(
+        episode.prompt,
+        [(s.author, s.text) for s in episode.segments],
+        episode.protocol,
+        tokenizer,
+        model_token_ids=model_token_ids,
+        model_logprobs=[g.logprobs for g in recorded] if recorded is not None else None,
+        chat_template=chat_template,
+    )
+
+
+def tokenize_segments(
+    prompt: str,
+    segments: Sequence[tuple[str, str]],
+    protocol: Protocol,
+    tokenizer: Any,
+    *,
+    model_token_ids: Sequence[Sequence[int]] | None = None,
+    model_logprobs: Sequence[Sequence[float] | None] | None = None,
+    chat_template: bool | None = None,
+) -> TokenizedEpisode:
+    """Token ids and loss mask of a transcript given as the prompt and ``(author, text)`` segments (``"model"`` or
+    ``"env"``): an episode record, an evaluation transcript, a demonstration. The one path every tokenized episode
+    takes: the prompt as :func:`encode_prompt` encodes it, environment text as a rollout inserts it, model text as
+    the ids given (else tokenized on its own)."""
+    model_segments = sum(1 for author, _ in segments if author == "model")
     if model_token_ids is not None and len(model_token_ids) != model_segments:
         raise ValueError(
             f"model_token_ids has {len(model_token_ids)} turns but the episode has {model_segments} model segments"
         )
-    recorded = episode.generations if model_token_ids is None and len(episode.generations) == model_segments else None
     tools = None
-    if episode.protocol.tools_json:
+    if protocol.tools_json:
         from searchenv.protocol.tool_calls import tools_of
 
-        tools = tools_of(episode.protocol)
-    prompt_ids = encode_prompt(tokenizer, episode.prompt, chat_template, tools)
-    builder = EpisodeTokens(tokenizer, prompt_ids, episode.protocol)
+        tools = tools_of(protocol)
+    builder = EpisodeTokens(tokenizer, encode_prompt(tokenizer, prompt, chat_template, tools), protocol)
     turn = 0
-    for segment in episode.segments:
-        if segment.author == "env":
-            builder.add_env(segment.text)
+    for author, text in segments:
+        if author == "env":
+            builder.add_env(text)
             continue
-        if recorded is not None:
-            builder.add_model(recorded[turn].token_ids, recorded[turn].logprobs)
+        if author != "model":
+            raise ValueError(f"a segment's author is 'model' or 'env', got {author!r}")
+        if model_token_ids is not None:
+            builder.add_model(model_token_ids[turn], model_logprobs[turn] if model_logprobs is not None else None)
         else:
-            ids = model_token_ids[turn] if model_token_ids is not None else _encode_text(tokenizer, segment.text)
-            builder.add_model(ids)
+            builder.add_model(_encode_text(tokenizer, text))
         turn += 1
     return builder.result()

@@ -208,6 +208,11 @@ ALGORITHM_HELP: dict[str, str] = {
     "max_new_tokens": "tokens the model may write per turn",
     "max_total_tokens": "prompt + response cap of one episode (it ends truncated there)",
     "curriculum_steps": "N > 0: sample questions of at most 1 + step // N hops (1-hop first); 0: all from the start",
+    "min_hops": "sample only questions of at least this many hops (the generated world's metadata); 0: any",
+    "drop_uniform_groups": "grpo: leave out of the update every group whose rewards are all equal (zero advantage)",
+    "trainable_layers": "N > 0: train only the top N decoder layers and the final norm (cheaper steps); 0: all",
+    "validation": "N > 0: hold the last N training questions out of sampling and play them greedily as validation",
+    "eval_every": "with --validation: play it every N steps (and before the first step and after the last)",
     "bf16": "bfloat16 autocast for forward passes (weights and optimizer stay float32; GPUs)",
     "logprob_chunk": "tokens per lm-head chunk when computing log-probs and entropies (lower: less memory)",
     "steps": "training steps",
@@ -403,7 +408,8 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
                 plot_log(args.log, args.plot, title=title)
                 plot_log(args.log, health_plot_path(args.plot), title=title, panels=HEALTH_PLOTTED)
 
-        history += trainer.train(callback=redraw)
+        evaluate = Trainer.validate if config.validation else None
+        history += trainer.train(callback=redraw, evaluate=evaluate, eval_every=config.eval_every)
     return history
 
 

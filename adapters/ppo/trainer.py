@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import math
 import sys
@@ -57,6 +58,7 @@ from searchenv.rollout import (
     rollout,
     write_run_settings,
 )
+from searchenv.rollout.models import train_top_layers
 
 __all__ = ["Algorithm", "PPOConfig", "Trainer"]
 
@@ -91,6 +93,11 @@ class PPOConfig:
     max_total_tokens: int = 1024  # [max sequence 4096]
     chat_template: bool | None = None  # None: the tokenizer's chat template when it has one
     curriculum_steps: int = 0  # N > 0: sample questions of at most 1 + step // N hops (1-hop first); 0: all
+    min_hops: int = 0  # sample only questions of at least this many hops (the world's metadata); 0: any
+    drop_uniform_groups: bool = True  # GRPO: a group whose rewards are all equal teaches nothing; leave it out
+    trainable_layers: int = 0  # N > 0: train only the top N decoder layers and the final norm; 0: every weight
+    validation: int = 0  # N > 0: the last N training questions are never sampled; played greedily as validation
+    eval_every: int = 0  # with validation: play it every N steps (and before the first and after the last)
     bf16: bool = False  # bfloat16 autocast for forward passes (weights and optimizer stay float32)
     logprob_chunk: int = 1024  # tokens per lm-head chunk when computing log-probs and entropies
     steps: int = 2  # [500-600 steps]
@@ -124,8 +131,12 @@ class PPOConfig:
             raise ValueError("GRPO needs group_size >= 2: advantages are rewards relative to the group")
         if self.mini_batch_size % self.micro_batch_size:
             raise ValueError("mini_batch_size must be a multiple of micro_batch_size")
-        if self.curriculum_steps < 0 or self.logprob_chunk < 1:
-            raise ValueError("curriculum_steps must be >= 0 and logprob_chunk >= 1")
+        counts = (self.curriculum_steps, self.min_hops, self.trainable_layers, self.validation, self.eval_every)
+        if min(counts) < 0 or self.logprob_chunk < 1:
+            raise ValueError(
+                "curriculum_steps, min_hops, trainable_layers, validation and eval_every must be >= 0 and "
+                "logprob_chunk >= 1"
+            )
         if self.steps < 1 or self.prompts_per_step < 1 or self.group_size < 1:
             raise ValueError(
                 f"steps, prompts_per_step and group_size must be at least 1, got steps={self.steps}, "
@@ -182,9 +193,12 @@ class Trainer:
             )
         self.config, self.model, self.tokenizer, self.envs = config, model, tokenizer, list(envs)
         torch.manual_seed(config.seed)
+        if config.trainable_layers:
+            train_top_layers(model, config.trainable_layers)
         self.rng = np.random.default_rng(config.seed)
         self.reference = copy.deepcopy(model).eval().requires_grad_(False) if config.kl_coef else None
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+        self.trained = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.trained, lr=config.lr, weight_decay=0.0)
         self.device = next(model.parameters()).device
         self.critic = ValueModel(model).to(self.device) if config.algorithm == "ppo" else None
         if self.critic is not None:
@@ -194,15 +208,19 @@ class Trainer:
         self.output_dir = Path(output_dir) if output_dir else None
         self.run_settings = dict(run_settings or {})
         self.examples = self.envs[0].unwrapped.examples
-        self.hops = self._hops() if config.curriculum_steps else None
+        if config.validation >= len(self.examples):
+            raise ValueError(
+                f"validation holds out {config.validation} of {len(self.examples)} questions; leave some to train on"
+            )
+        self.hops = self._hops() if config.curriculum_steps or config.min_hops else None
         self.global_step = 0
 
     def _hops(self) -> list[int]:
         hops = [ex.metadata.get("hops") for ex in self.examples]
         if any(h is None for h in hops):
             raise ValueError(
-                "curriculum_steps needs the number of hops of every question (the generated world's 'hops' "
-                "metadata); this dataset has none: set curriculum_steps=0"
+                "curriculum_steps and min_hops need the number of hops of every question (the generated world's "
+                "'hops' metadata); this dataset has none: set curriculum_steps=0 and min_hops=0"
             )
         return [int(h) for h in hops]
 
@@ -215,12 +233,14 @@ class Trainer:
     def sample_indices(self) -> list[int]:
         """Prompts for one step, each repeated ``group_size`` times (consecutive, as GRPO groups need).
 
-        With ``curriculum_steps = N`` only questions of at most ``1 + step // N`` hops are drawn (1-hop first).
+        With ``curriculum_steps = N`` only questions of at most ``1 + step // N`` hops are drawn (1-hop first); with
+        ``min_hops = M`` only questions of at least ``M`` hops.
         """
-        pool = np.arange(len(self.examples))
+        pool = np.arange(len(self.examples) - self.config.validation)
         if self.hops is not None:
-            cap = 1 + self.global_step // self.config.curriculum_steps
-            pool = np.array([i for i, h in enumerate(self.hops) if h <= cap])
+            cfg = self.config
+            cap = 1 + self.global_step // cfg.curriculum_steps if cfg.curriculum_steps else max(self.hops)
+            pool = np.array([i for i in pool if cfg.min_hops <= self.hops[i] <= max(cap, cfg.min_hops)])
         replace = len(pool) < self.config.prompts_per_step
         prompts = self.rng.choice(pool, self.config.prompts_per_step, replace=replace)
         return [int(i) for i in prompts for _ in range(self.config.group_size)]
@@ -246,16 +266,21 @@ class Trainer:
                 policy_version=self.global_step,
             )
         rollout_seconds = time.perf_counter() - started
-        batch = collate([e.tokens for e in episodes], [e.reward for e in episodes], self.tokenizer.pad_token_id)
-        batch = batch.to(self.device)
+        trained = self._informative(episodes)
         update_started = time.perf_counter()
-        advantages, returns, old_logprobs, ref_logprobs, old_values, kl = self._score(batch)
-        stats = self._update(batch, advantages, returns, old_logprobs, ref_logprobs, old_values)
+        stats: dict[str, float] = {}
+        kl = batch = None
+        if trained:
+            batch = collate([e.tokens for e in trained], [e.reward for e in trained], self.tokenizer.pad_token_id)
+            batch = batch.to(self.device)
+            advantages, returns, old_logprobs, ref_logprobs, old_values, kl = self._score(batch)
+            stats = self._update(batch, advantages, returns, old_logprobs, ref_logprobs, old_values)
         self.global_step += 1
         update_seconds = time.perf_counter() - update_started
         metrics = self._metrics(episodes, stats, kl, batch)
+        metrics["ppo/trained_episodes"] = float(len(trained))
         sampled = sum(e.metrics["rollout/model_tokens"] for e in episodes)
-        updated = float(batch.attention_mask.sum()) * cfg.ppo_epochs
+        updated = float(batch.attention_mask.sum()) * cfg.ppo_epochs if batch is not None else 0.0
         metrics.update(
             {
                 "ppo/rollout_seconds": rollout_seconds,
@@ -266,6 +291,44 @@ class Trainer:
             }
         )
         return metrics
+
+    def validate(self) -> dict[str, float]:
+        """Greedy episodes on the held-out questions (the last ``config.validation`` of the training set), played
+        by the policy as it is now: EM, searches and answer rate (``val/...``), and EM by the world's hop count."""
+        cfg = self.config
+        indices = list(range(len(self.examples) - cfg.validation, len(self.examples)))
+        if not indices:
+            return {}
+        sampling = dataclasses.replace(cfg.sampling, temperature=0.0)
+        generator = HFGenerator(self.model, self.tokenizer, sampling)
+        envs = [self.envs[0].unwrapped.sibling() for _ in range(min(32, len(indices)))]
+        results = []
+        for start in range(0, len(indices), len(envs)):
+            chunk = indices[start : start + len(envs)]
+            results += rollout(envs[: len(chunk)], generator, sampling, indices=chunk, seed=cfg.seed)
+        for env in envs:
+            env.close()
+        ems = [r.reward_parts.get("em", 0.0) for r in results]
+        metrics = {
+            "val/em": float(np.mean(ems)),
+            "val/num_searches": float(np.mean([r.metrics["num_searches"] for r in results])),
+            "val/answer_rate": float(np.mean([r.info.get("prediction") is not None for r in results])),
+        }
+        hops = [self.examples[i].metadata.get("hops") for i in indices]
+        for h in sorted({h for h in hops if h is not None}):
+            metrics[f"val/em_{h}hop"] = float(np.mean([em for em, k in zip(ems, hops) if k == h]))
+        return metrics
+
+    def _informative(self, episodes: list[EpisodeResult]) -> list[EpisodeResult]:
+        """The episodes the update learns from: with ``drop_uniform_groups`` (GRPO), only groups whose rewards
+        differ. An all-equal group has advantage 0 everywhere, so it would update on the entropy bonus alone (and
+        dilute the batch's token mean); DAPO drops such groups the same way."""
+        cfg = self.config
+        if cfg.algorithm != "grpo" or not cfg.drop_uniform_groups:
+            return list(episodes)
+        size = cfg.group_size
+        groups = [episodes[i : i + size] for i in range(0, len(episodes), size)]
+        return [e for group in groups if len({e.reward for e in group}) > 1 for e in group]
 
     def _logprobs(self, model: nn.Module, batch: Batch, with_entropy: bool = False):
         cfg = self.config
@@ -349,7 +412,7 @@ class Trainer:
                     for key, value in stats.items():
                         sums[key] = sums.get(key, 0.0) + value * float(weight)
                     bar.update()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.trained, cfg.max_grad_norm)
                 sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm)
                 self.optimizer.step()
                 if self.critic is not None:
@@ -359,10 +422,13 @@ class Trainer:
         bar.close()
         return {key: value / updates for key, value in sums.items()}
 
-    def _metrics(self, episodes: Sequence[EpisodeResult], stats: dict[str, float], kl, batch: Batch):
+    def _metrics(self, episodes: Sequence[EpisodeResult], stats: dict[str, float], kl, batch: Batch | None):
         """One log row: the batch's mean episode metrics under their own names (``reward``, ``reward/em``,
         ``num_searches``, ``end_reason/...``, ``rollout/model_tokens``), then this trainer's under ``ppo/``."""
-        kl_value = masked_mean(kl, batch.loss_mask).item() if kl is not None else stats.get("kl_loss", 0.0)
+        if kl is not None and batch is not None:
+            kl_value = masked_mean(kl, batch.loss_mask).item()
+        else:
+            kl_value = stats.get("kl_loss", 0.0)
         metrics = {
             "step": self.global_step,
             **aggregate_metrics(e.metrics for e in episodes),
@@ -370,37 +436,55 @@ class Trainer:
             "ppo/loss": stats.get("pg_loss", math.nan),
             **{f"ppo/{k}": v for k, v in stats.items() if k != "pg_loss"},
         }
-        if self.hops is not None:
+        if self.config.curriculum_steps:
             metrics["ppo/max_hops"] = 1 + (self.global_step - 1) // self.config.curriculum_steps
         return metrics
 
     # -- the loop ---------------------------------------------------------------------------------------
     def train(
-        self, steps: int | None = None, callback: Callable[[dict[str, float]], None] | None = None
+        self,
+        steps: int | None = None,
+        callback: Callable[[dict[str, float]], None] | None = None,
+        evaluate: Callable[[Trainer], dict[str, float]] | None = None,
+        eval_every: int = 0,
     ) -> list[dict[str, float]]:
         """Run ``steps`` (default ``config.steps``) steps, logging each; ``callback`` sees every step's metrics.
 
-        Checkpoints go to ``output_dir`` every ``save_every`` steps and at the end, when ``output_dir`` is set.
+        ``evaluate(trainer)``, when given, returns held-out metrics (``val/...``): they are logged before the first
+        step (as step 0), every ``eval_every`` steps and after the last, in that step's row. Checkpoints go to
+        ``output_dir`` every ``save_every`` steps and at the end, when ``output_dir`` is set.
         """
         history = []
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
         total = self.config.steps if steps is None else steps
-        for _ in tqdm(range(total), desc=f"{self.config.algorithm} steps", unit="step", file=sys.stderr):
+        if evaluate is not None:
+            self._log({"step": self.global_step, **evaluate(self)}, history, callback)
+        for done in tqdm(range(1, total + 1), desc=f"{self.config.algorithm} steps", unit="step", file=sys.stderr):
             metrics = self.step()
-            history.append(metrics)
-            line = json.dumps(metrics)
-            print(line, file=sys.stdout, flush=True)
-            if self.log_path:
-                with self.log_path.open("a") as handle:
-                    handle.write(line + "\n")
-            if callback is not None:
-                callback(metrics)
+            if evaluate is not None and (done == total or (eval_every and done % eval_every == 0)):
+                metrics.update(evaluate(self))
+            self._log(metrics, history, callback)
             if self.output_dir and self.config.save_every and self.global_step % self.config.save_every == 0:
                 self.save(self.output_dir / f"step_{self.global_step}")
         if self.output_dir:
             self.save(self.output_dir / "final")
         return history
+
+    def _log(
+        self,
+        metrics: dict[str, float],
+        history: list[dict[str, float]],
+        callback: Callable[[dict[str, float]], None] | None,
+    ) -> None:
+        history.append(metrics)
+        line = json.dumps(metrics)
+        print(line, file=sys.stdout, flush=True)
+        if self.log_path:
+            with self.log_path.open("a") as handle:
+                handle.write(line + "\n")
+        if callback is not None:
+            callback(metrics)
 
     def save(self, path: Path) -> None:
         """Weights, tokenizer and ``searchenv_run.json`` (model, environment, reward and algorithm settings)."""

@@ -47,6 +47,14 @@ COMMANDS: dict[str, Command] = {
         "searchenv.adapters.ppo.train:add_parser", "train with the built-in PPO/GRPO/REINFORCE++ loop"
     ),
     "train-trl": Command("searchenv.adapters.trl.train:add_parser", "train with TRL's GRPOTrainer"),
+    "learn": Command(
+        "searchenv.adapters.learn.pipeline:add_parser",
+        "the whole learning run from a seed: warm start, RL and its random-retriever control, held-out evaluation",
+    ),
+    "train-sft": Command(
+        "searchenv.adapters.sft.train:add_parser",
+        "a supervised warm start from demonstrations the environment plays itself, or from eval transcripts",
+    ),
     "prepare": Command(
         "searchenv.cli.prepare:add_prepare_parser",
         "download wiki-18 and the prebuilt E5 indexes the papers search (resumable, checksummed)",

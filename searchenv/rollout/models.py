@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MODEL_ALIASES", "gguf_tokenizer", "load_policy"]
+__all__ = ["MODEL_ALIASES", "gguf_tokenizer", "load_policy", "train_top_layers"]
 
 #: Short names for models that ship inside pip packages (the HF hub is not reachable everywhere).
 MODEL_ALIASES = ("smollm2-135m",)
@@ -77,3 +77,19 @@ def load_policy(name_or_path: str, cache_dir: str | os.PathLike[str] | None = No
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+def train_top_layers(model: Any, count: int) -> None:
+    """Train only the top ``count`` decoder layers and the final norm; every other weight is frozen.
+
+    The backward pass then stops at the lowest trainable layer, so a step costs less, and the (often tied) token
+    embeddings and output head keep what pre-training taught them. ``count`` may not exceed the model's layers.
+    """
+    decoder = model.get_decoder()
+    layers = list(decoder.layers)
+    if not 1 <= count <= len(layers):
+        raise ValueError(f"trainable layers must be between 1 and the model's {len(layers)} layers, got {count}")
+    model.requires_grad_(False)
+    for layer in layers[len(layers) - count :]:
+        layer.requires_grad_(True)
+    decoder.norm.requires_grad_(True)

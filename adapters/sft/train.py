@@ -1,0 +1,188 @@
+"""``searchenv train-sft``: a supervised warm start from demonstrations, loss on the model's tokens only.
+
+Run with no options, it plays the scripted demonstrator on the generated world's one- and two-hop **train**
+questions (the environment's own searches and passages, every hop's answer shown) and fine-tunes SmolLM2-135M on
+the transcripts for :data:`SFT_RECIPE`'s steps. ``--transcripts FILE`` adds (or with ``--no-world`` replaces) them
+with ``searchenv eval`` transcripts of a stronger model, filtered by ``--min-reward``: distillation. The checkpoint
+(``--output-dir``/final) carries ``searchenv_run.json``, so ``searchenv eval`` and ``searchenv train-ppo --model``
+replay the environment it learned in::
+
+    searchenv train-sft --output-dir runs/sft --log runs/sft.jsonl
+    searchenv train-ppo --model runs/sft/final ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from searchenv.cli.parsers import CommandParser
+
+__all__ = ["LEARN_ENV", "SFT_RECIPE", "add_parser", "build_parser", "main", "run"]
+
+_DESCRIPTION = __doc__.split("\n")[0]
+
+#: The environment of the learning recipe, shared by the warm start, reinforcement learning and evaluation:
+#: the paper's instruction prompt as plain text (no chat template, no worked example: the demonstrations teach the
+#: format), two passages of at most 35 words each (every hop's fact is shown for 96% of the world's train
+#: questions under the demonstrator's searches), EM, and six actions (four hops, an answer, one spare).
+LEARN_ENV: dict[str, Any] = {
+    "dataset": "world",
+    "split": "train",
+    "retriever": "bm25",
+    "reward": "em",
+    "protocol": "search-r1",
+    "topk": 2,
+    "max_information_words": 70,
+    "max_turns": 6,
+    "chat_template": "off",
+}
+#: The warm start's own defaults (:class:`~searchenv.adapters.sft.trainer.SFTConfig` fields and sources).
+SFT_RECIPE: dict[str, Any] = {
+    "max_hops": 2,
+    "validation": 64,
+    "steps": 40,
+    "lr": 2e-4,
+    "batch_size": 8,
+    "micro_batch_size": 8,
+    "trainable_layers": 16,
+}
+
+_SFT_HELP = {
+    "lr": "peak learning rate (AdamW; linear warm-up, then a cosine to a tenth)",
+    "steps": "optimizer steps",
+    "batch_size": "demonstrations per optimizer step",
+    "micro_batch_size": "demonstrations per forward/backward pass (a divisor of --batch-size)",
+    "warmup_steps": "steps of linear warm-up",
+    "max_grad_norm": "gradients are clipped to this global norm",
+    "trainable_layers": "train only the top N decoder layers and the final norm (0: every weight)",
+    "seed": "seed of the demonstrations' order and of torch",
+}
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    from searchenv.adapters.ppo.train import add_env_arguments
+    from searchenv.adapters.sft.trainer import SFTConfig
+
+    add_env_arguments(parser)
+    parser.set_defaults(**LEARN_ENV)
+    sources = parser.add_argument_group("demonstrations")
+    sources.add_argument(
+        "--world",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="play the scripted demonstrator on the world's train questions (--dataset must be the world)",
+    )
+    sources.add_argument("--max-hops", type=int, default=None, help="demonstrate questions of at most N hops")
+    sources.add_argument(
+        "--validation",
+        type=int,
+        default=0,
+        help="leave the last N train questions out (the validation questions of train-ppo --validation N)",
+    )
+    sources.add_argument(
+        "--transcripts", action="append", default=[], help="searchenv eval transcripts.jsonl to imitate (repeatable)"
+    )
+    sources.add_argument(
+        "--min-reward", type=float, default=1.0, help="keep transcript episodes of this reward or more"
+    )
+    sources.add_argument("--limit", type=int, default=None, help="use at most N demonstrations of the world")
+
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", default="smollm2-135m", help="local checkpoint dir or alias ('smollm2-135m')")
+    model.add_argument("--output-dir", default="runs/train-sft", help="the checkpoint goes to DIR/final")
+    model.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    model.add_argument("--device", default=None, help="'cpu', 'cuda', ... (default: cuda when available)")
+    model.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=48,
+        help="tokens per turn the policy will write (recorded for searchenv eval and the RL stage to replay)",
+    )
+
+    training = parser.add_argument_group("training")
+    defaults = SFTConfig()
+    for f in fields(SFTConfig):
+        if f.name == "chat_template":
+            continue  # a prompt option (--chat-template)
+        value = getattr(defaults, f.name)
+        kind = int if f.name == "trainable_layers" else type(value)
+        training.add_argument("--" + f.name.replace("_", "-"), type=kind, default=value, help=_SFT_HELP[f.name])
+    parser.set_defaults(**SFT_RECIPE)
+    out = parser.add_argument_group("output")
+    out.add_argument("--log", default=None, help="append per-step metrics (JSON lines) to this file")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = CommandParser(prog="searchenv train-sft", description=_DESCRIPTION)
+    _add_arguments(parser)
+    return parser
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``searchenv train-sft`` (options are added when the command runs: no torch at ``--help`` time)."""
+    parser = subparsers.add_parser("train-sft", description=_DESCRIPTION)
+    _add_arguments(parser)
+    parser.set_defaults(handler=_train)
+    return parser
+
+
+def run(args: argparse.Namespace) -> list[dict[str, float]]:
+    """Gather the demonstrations (every option checked first), load the model, and train."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    from searchenv.adapters.ppo.train import chat_template_flag, env_kwargs, run_settings
+    from searchenv.adapters.sft.demonstrations import transcript_demonstrations, world_demonstrations
+    from searchenv.adapters.sft.trainer import SFTConfig, SFTTrainer
+    from searchenv.protocol import get_protocol
+
+    env = env_kwargs(args)
+    values = {f.name: getattr(args, f.name) for f in fields(SFTConfig) if f.name != "chat_template"}
+    values["trainable_layers"] = values["trainable_layers"] or None
+    config = SFTConfig(**values, chat_template=chat_template_flag(args.chat_template))
+    demonstrations = transcript_demonstrations(args.transcripts, min_reward=args.min_reward) if args.transcripts else []
+    if args.world:
+        world, counts = world_demonstrations(env, max_hops=args.max_hops, limit=args.limit, held_out=args.validation)
+        print(
+            f"searchenv train-sft: {counts['kept']} demonstrations of {counts['played']} world questions played "
+            f"({counts['hop_not_shown']} left out: a hop's answer was not shown)",
+            flush=True,
+        )
+        demonstrations += world
+    import torch
+
+    from searchenv.rollout import load_policy
+
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_policy(args.model)
+    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    settings = run_settings(args, "sft", asdict(config))
+    trainer = SFTTrainer(
+        model,
+        tokenizer,
+        demonstrations,
+        get_protocol(env["protocol"]),
+        config,
+        log_path=args.log,
+        output_dir=Path(args.output_dir) if args.output_dir else None,
+        run_settings=settings,
+    )
+    return trainer.train()
+
+
+def _train(args: argparse.Namespace) -> int:
+    run(args)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from searchenv.cli.arguments import run_handler
+
+    return run_handler(_train, build_parser().parse_args(argv), "searchenv train-sft")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
