@@ -17,10 +17,10 @@ can refuse a misspelt or mistyped option before any index is built (the CLI and
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Mapping
 from typing import Any
 
+from searchenv.checks import matches_type
 from searchenv.corpus import Corpus
 from searchenv.imports import check_reference, is_reference, load_attr
 from searchenv.retrievers.degraded.options import WRAPPERS, check_wrapper_options
@@ -168,18 +168,6 @@ def _is_url(spec: str) -> bool:
     return spec.startswith(("http://", "https://"))
 
 
-def _type_ok(value: Any, kind: type) -> bool:
-    if value is None or kind is object:
-        return True
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, (str, os.PathLike))
-
-
 def accepted_options(spec: str) -> frozenset[str] | None:
     """The option names ``spec`` takes; ``None`` for a ``"module:factory"`` reference, whose options are its own.
 
@@ -218,7 +206,7 @@ def check_retriever_options(spec: str, options: Mapping[str, Any]) -> None:
             close = difflib.get_close_matches(str(key), accepted, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"{what} has no option {key!r}{hint}; its options are {sorted(accepted)}")
-        if not _type_ok(value, accepted[key]):
+        if not matches_type(value, accepted[key]):
             raise ValueError(f"{what}: option {key!r} must be {accepted[key].__name__}, got {value!r}")
     if spec == "bm25" and options.get("engine") is not None:
         from searchenv.retrievers.bm25.retriever import ENGINES

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from searchenv.checks import positive_int
 from searchenv.corpus import Corpus
 from searchenv.data.datasets import DEFAULT_SPLIT
 from searchenv.types import DocumentOpener, QAExample, Retriever
@@ -346,8 +347,8 @@ def load_examples(
     """
     from searchenv.data.datasets import load_dataset
 
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+    if limit is not None:
+        positive_int(limit, "limit")
     check_dataset(dataset, split, data_dir)
     if isinstance(dataset, (str, os.PathLike)):  # rows given in memory are the caller's: not cached
         source = _path_key(dataset) if Path(dataset).is_file() else os.fspath(dataset)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from searchenv.checks import non_negative_int
 from searchenv.corpus import Corpus
 from searchenv.retrievers.index_store import IndexManifest, open_or_build
 from searchenv.types import Passage
@@ -276,8 +277,7 @@ class BM25Retriever:
         """
         if isinstance(queries, str):
             raise TypeError("search() takes a sequence of queries; wrap a single query as [query]")
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-            raise ValueError(f"k must be a non-negative integer, got {k!r}")
+        k = non_negative_int(k, "k")
         results: list[list[Passage]] = [[] for _ in queries]
         asked = [i for i, q in enumerate(queries) if isinstance(q, str) and q.strip()]
         if k == 0 or not asked:

@@ -26,6 +26,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from searchenv.checks import is_int
 from searchenv.protocol.base import OPEN_TOOL_NAME, ActionKind, AnswerMode, Protocol
 
 if TYPE_CHECKING:
@@ -203,7 +204,7 @@ def read_call(body: str, answer_mode: AnswerMode, opens: bool = False) -> tuple[
         return "search", query.strip(), None
     if name == OPEN_TOOL_NAME and opens:
         ref = arguments.get("ref")
-        if isinstance(ref, int) and not isinstance(ref, bool):
+        if is_int(ref):
             ref = str(ref)
         if not isinstance(ref, str) or not ref.strip():
             return "invalid", None, f'the {OPEN_TOOL_NAME} tool needs a "ref": a result number, a URL or an id'
