@@ -60,6 +60,8 @@ def integer(
     """
     if low == 1 and high is None:
         kind = "a positive integer"
+    elif low == 0 and high is None:
+        kind = "a non-negative integer"
     elif low is not None and high is None:
         kind = f"an integer >= {low}"
     elif high is not None and low is None:

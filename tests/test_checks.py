@@ -37,7 +37,7 @@ def test_numpy_integers_count_and_come_back_as_python_ints():
     [
         (lambda: positive_int(0, "k"), "k must be a positive integer, got 0"),
         (lambda: positive_int("3", "k"), "k must be a positive integer, got '3'"),
-        (lambda: non_negative_int(-1, "words"), "words must be an integer >= 0, got -1"),
+        (lambda: non_negative_int(-1, "words"), "words must be a non-negative integer, got -1"),
         (lambda: integer(5, "seed", 0, 3), "seed must be between 0 and 3, got 5"),
         (lambda: integer(2.0, "n", 0, 3, fix="pass e.g. n=2"), "n must be an integer, got 2.0; pass e.g. n=2"),
         (lambda: number(1.0, "lambda_f", 0, 1, high_open=True), r"lambda_f must be in \[0, 1\), got 1.0"),

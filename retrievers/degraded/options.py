@@ -11,15 +11,23 @@ from typing import Any
 from searchenv.checks import integer, positive_int
 from searchenv.retrievers.degraded.schedule import parse_schedule
 
-__all__ = ["WRAPPERS", "check_wrapper_options"]
+__all__ = ["check_wrapper_options"]
 
-#: wrapper name → the options it takes besides ``base`` and ``base_options``.
-WRAPPERS: dict[str, tuple[str, ...]] = {
-    "noisy": ("p", "seed"),
-    "empty": ("p", "seed"),
-    "shuffled": ("p", "seed"),
-    "distractor": ("p", "seed", "fetch", "answers"),
-}
+
+def __getattr__(name: str) -> Any:
+    """``WRAPPERS`` moved to :data:`searchenv.retrievers.WRAPPERS` (read from the engine catalogue)."""
+    if name == "WRAPPERS":
+        import warnings
+
+        from searchenv.retrievers import WRAPPERS
+
+        warnings.warn(
+            "searchenv.retrievers.degraded.options.WRAPPERS is deprecated; use searchenv.retrievers.WRAPPERS",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return WRAPPERS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_wrapper_options(name: str, options: Mapping[str, Any]) -> None:

@@ -35,7 +35,7 @@ from searchenv.episode.episode import EndReason, Episode
 from searchenv.episode.rollout import RewardResult, Rollout
 from searchenv.episode.turns import Facts
 from searchenv.protocol import Protocol
-from searchenv.types import QAExample, Retriever
+from searchenv.types import QAExample, Retriever, TakesTrainingStep
 
 __all__ = ["SearchQAEnv"]
 
@@ -397,9 +397,8 @@ class SearchQAEnv(gym.Env[str, str]):
         search calls, so that a curriculum does not depend on the batch size; parts without a schedule ignore it.
         Our trainers call it before each rollout."""
         for part in (self.retriever, self.reward_spec):
-            set_step = getattr(part, "set_step", None)
-            if callable(set_step):
-                set_step(step)
+            if isinstance(part, TakesTrainingStep):
+                part.set_step(step)
 
     def truncate(self, reason: EndReason = "trainer_cut") -> StepResult:
         """End the running episode as truncated and score it.
