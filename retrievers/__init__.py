@@ -17,7 +17,7 @@ index is built (the CLI and :mod:`searchenv.components` call it first). Most cod
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from searchenv.checks import did_you_mean, matches_type
@@ -36,6 +36,7 @@ __all__ = [
     "accepted_options",
     "check_retriever_options",
     "make_retriever",
+    "route_options",
 ]
 
 #: name → "module:factory"; a factory is called as ``factory(corpus, **options)`` (read from the catalogue).
@@ -73,6 +74,31 @@ def accepted_options(spec: str) -> frozenset[str] | None:
     if _is_url(spec):
         return frozenset(REMOTE_OPTIONS)
     return frozenset(RETRIEVER_OPTIONS.get(spec, ()))
+
+
+def route_options(
+    names: Sequence[str], pairs: Iterable[tuple[str, Any]], label: Callable[[str], str] = "option {!r}".format
+) -> dict[str, dict[str, Any]]:
+    """Each engine of ``names`` with the ``(key, value)`` options it takes, every engine's options checked.
+
+    So one run compares BM25 with a dense engine (``encoder=minilm`` reaches only the dense ones, ``k1`` only
+    BM25; a ``"module:factory"`` reference takes everything). An option no engine takes is an error naming the
+    engines and the nearest option (``label(key)`` says how the user gave it), not silently dropped.
+    """
+    routed: dict[str, dict[str, Any]] = {name: {} for name in names}
+    for key, value in pairs:
+        takers = [name for name in names if (accepted := accepted_options(name)) is None or key in accepted]
+        if not takers:
+            known = sorted(set().union(*(accepted_options(name) or () for name in names)))
+            raise ValueError(
+                f"{label(key)}: none of the retrievers {', '.join(names)} takes {key!r}{did_you_mean(key, known)}; "
+                f"their options are {known}"
+            )
+        for name in takers:
+            routed[name][key] = value
+    for name in names:
+        check_retriever_options(name, routed[name])
+    return routed
 
 
 def check_retriever_options(spec: str, options: Mapping[str, Any]) -> None:

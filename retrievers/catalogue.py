@@ -31,7 +31,7 @@ from searchenv.types import (
     WantsQuestions,
 )
 
-__all__ = ["ENGINES", "REMOTE_OPTIONS", "Engine", "EngineOption", "engine"]
+__all__ = ["ENGINES", "REMOTE_CAPABILITIES", "REMOTE_OPTIONS", "Engine", "EngineOption", "engine", "engines_markdown"]
 
 #: A value check beyond the type: ``check(value, name)`` raises ``ValueError`` naming ``name``.
 ValueCheck = Callable[[Any, str], Any]
@@ -230,7 +230,7 @@ _RECORDS: tuple[Engine, ...] = (
     Engine(
         "random",
         "searchenv.retrievers.random_retriever:RandomRetriever",
-        "k passages drawn at random per query (the study's floor)",
+        "a random draw of k passages per query (the study's floor)",
         {"seed": EngineOption(int, "seed of the draw", integer)},
         capabilities=(ComputesInProcess,),
     ),
@@ -346,3 +346,30 @@ def engine(name: str) -> Engine:
         f"unknown retriever {name!r}{did_you_mean(name, ENGINES)}; choose one of {sorted(ENGINES)}, an http(s):// "
         "URL of a retrieval server, a 'package.module:factory' reference, or an object with search(queries, k)"
     )
+
+
+def engines_markdown() -> str:
+    """Every engine's record as markdown, straight from the catalogue (the body of docs/retrievers.md)."""
+    lines = []
+    for record in ENGINES.values():
+        if record.alias_of is not None:
+            continue
+        aliases = [name for name, other in ENGINES.items() if other.alias_of == record.name]
+        capabilities = ", ".join(f"`{cap.__name__}`" for cap in record.capabilities)
+        traits = [
+            "reads the corpus" if record.needs_corpus else "searches no corpus of ours",
+            *(["dense: the encoder is checked before anything loads"] if record.dense else []),
+            *(["wraps another engine (`base`, `base_options`)"] if record.wraps else []),
+            *([f"capabilities: {capabilities}"] if capabilities else []),
+            *([f"also called {', '.join(f'`{a}`' for a in aliases)}"] if aliases else []),
+        ]
+        lines += [f"### `{record.name}`", "", f"{record.help[0].upper()}{record.help[1:]}; {'; '.join(traits)}.", ""]
+        lines += ["| option | type | meaning |", "|---|---|---|"]
+        for name, option in record.options.items():
+            meaning = option.help.replace("|", "\\|")
+            lines.append(f"| `{name}` | {option.kind.__name__ if option.kind is not object else 'any'} | {meaning} |")
+        lines.append("")
+    lines += ["### `http(s)://HOST:PORT` (a retrieval service)", "", "| option | type | meaning |", "|---|---|---|"]
+    for name, option in REMOTE_OPTIONS.items():
+        lines.append(f"| `{name}` | {option.kind.__name__} | {option.help.replace('|', chr(92) + '|')} |")
+    return "\n".join(lines) + "\n"

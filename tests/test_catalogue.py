@@ -132,3 +132,16 @@ def test_value_checks_run_before_anything_loads() -> None:
         check_retriever_options("bm25", {"b": 1.5})
     with pytest.raises(ValueError, match="unknown BM25 engine 'lucine' \\(did you mean 'lucene'\\?\\)"):
         check_retriever_options("bm25", {"engine": "lucine"})
+
+
+def test_docs_list_every_engine_from_the_catalogue() -> None:
+    from pathlib import Path
+
+    from searchenv.retrievers.catalogue import engines_markdown
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "retrievers.md").read_text(encoding="utf-8")
+    documented = text.split("<!-- engines:start -->\n", 1)[1].split("<!-- engines:end -->", 1)[0]
+    assert documented == engines_markdown(), (
+        "docs/retrievers.md is out of date: paste the output of `python -c 'from searchenv.retrievers.catalogue "
+        "import engines_markdown; print(engines_markdown())'` between its markers"
+    )

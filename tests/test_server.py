@@ -17,10 +17,11 @@ import httpx
 import pytest
 from servers import serve_in_thread, spawn_server
 
+from searchenv.cli.serve import add_serve_parser, config_from_args
 from searchenv.corpus import Corpus
 from searchenv.retrievers.http.remote import RemoteRetriever
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.retrievers.server.command import ServerConfig, add_serve_parser, config_from_args, create_app
+from searchenv.retrievers.server.app import ServerConfig, create_app
 from searchenv.types import Passage
 
 
@@ -347,10 +348,14 @@ def test_contents_are_returned_exactly_as_the_corpus_stores_them(shared_data: Pa
 def test_cli_arguments_default_to_loopback_and_reject_missing_corpus(tmp_path: Path, corpus_path: Path) -> None:
     parser = argparse.ArgumentParser()
     add_serve_parser(parser.add_subparsers())
-    args = parser.parse_args(["serve", "--corpus", str(corpus_path), "--option", "seed=3", "--option", "engine=bm25s"])
+    args = parser.parse_args(
+        ["serve", "--retriever", "bm25", "--corpus", str(corpus_path), "--option", "k1=0.8", "--engine", "bm25s"]
+    )
     assert args.host == "127.0.0.1" and args.handler.__name__ == "run_serve"
     config = config_from_args(args)
-    assert config.options == {"seed": 3, "engine": "bm25s"} and config.token is None
+    assert config.options == {"k1": 0.8, "engine": "bm25s"} and config.token is None
+    with pytest.raises(ValueError, match="retriever 'random' has no option 'k1'"):  # checked before any index loads
+        config_from_args(parser.parse_args(["serve", "--corpus", str(corpus_path), "--option", "k1=0.8"]))
     missing = parser.parse_args(["serve", "--corpus", str(tmp_path / "nope.jsonl")])
     with pytest.raises(SystemExit, match="corpus file not found"):
         config_from_args(missing)
