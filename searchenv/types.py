@@ -103,7 +103,7 @@ def split_contents(contents: str) -> tuple[str, str]:
 class Document:
     """One document opened whole: a web page's main text, or the article a corpus passage belongs to.
 
-    Search shows passages (snippets); an agent that reads pages (ASearcher's ``<access>``, an ``open_page`` tool)
+    Search shows passages (snippets); an agent that reads pages (ASearcher's ``<access>``, an ``open`` tool)
     opens one of them and is shown its document, cut by the environment to its budget.
 
     Attributes:

@@ -60,7 +60,7 @@ class SearchQAEnv(gym.Env[str, str]):
     search or answer tag (``stop_strings`` in the reset info), or up to the end of the sequence. It is read as
 
     - *search*: a complete search call; its query (cut at ``max_query_chars``) is run while the budget allows;
-    - *open* (protocols that have it: ``asearcher``'s ``<access> N </access>``, the ``open_page`` tool of
+    - *open* (protocols that have it: ``asearcher``'s ``<access> N </access>``, the ``open`` tool of
       ``tool-call-open``): result N of the latest search (or a URL / id) is opened and its document shown, cut at
       ``max_page_words``; it counts against the budget like a search (``info["open_error"]`` when it fails);
     - *answer*: a complete answer; it ends the episode;
