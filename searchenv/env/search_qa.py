@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
-from searchenv.checks import choice, non_negative_int, positive_int
+from searchenv.checks import choice, integer, non_negative_int, positive_int
 from searchenv.components import env_components
 from searchenv.corpus import Corpus
 from searchenv.data.datasets import DEFAULT_SPLIT, example_from_row
@@ -283,9 +283,7 @@ class SearchQAEnv(gym.Env[str, str]):
             if not isinstance(example, QAExample):
                 example = example_from_row(example)
         elif "index" in options:
-            index = options["index"]
-            if not isinstance(index, int) or not 0 <= index < len(self.examples):
-                raise ValueError(f"options['index'] must be an int in [0, {len(self.examples)}), got {index!r}")
+            index = integer(options["index"], "options['index']", 0, len(self.examples) - 1)
             example = self.examples[index]
         else:
             example = self.examples[int(self.np_random.integers(len(self.examples)))]
