@@ -20,7 +20,6 @@ Named datasets come from the hub unless ``data_dir`` (or ``SEARCHENV_DATA_DIR``)
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -30,6 +29,7 @@ from typing import Any, Literal
 from searchenv.data.datasets import HUB_DATASETS, example_from_row, load_dataset
 from searchenv.env.defaults import env_default
 from searchenv.env.search_qa import SearchQAEnv
+from searchenv.imports import load_attr, moved
 from searchenv.protocol import Protocol, get_protocol
 from searchenv.types import QAExample
 
@@ -292,17 +292,9 @@ def write_paper_datasets(
     return written
 
 
-def __getattr__(name: str) -> Any:
-    """The ``verl-data`` command line moved to :mod:`searchenv.cli.verl_data`; its old names still resolve here."""
-    if name in _MOVED:
-        import warnings
-
-        warnings.warn(
-            f"searchenv.adapters.rows.{name} moved to searchenv.cli.verl_data.{name}", DeprecationWarning, stacklevel=2
-        )
-        return getattr(importlib.import_module("searchenv.cli.verl_data"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The ``verl-data`` command line moved to searchenv.cli.verl_data; its old names still resolve here.
+__getattr__ = moved(__name__, {name: f"searchenv.cli.verl_data:{name}" for name in _MOVED})
 
 
 if __name__ == "__main__":  # ``python -m searchenv.adapters.rows``: the command line's old address
-    importlib.import_module("searchenv.cli.verl_data").main()
+    load_attr("searchenv.cli.verl_data:main")()

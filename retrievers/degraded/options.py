@@ -9,25 +9,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from searchenv.checks import integer, positive_int
+from searchenv.imports import moved
 from searchenv.retrievers.degraded.schedule import parse_schedule
 
 __all__ = ["check_wrapper_options"]
 
 
-def __getattr__(name: str) -> Any:
-    """``WRAPPERS`` moved to :data:`searchenv.retrievers.WRAPPERS` (read from the engine catalogue)."""
-    if name == "WRAPPERS":
-        import warnings
-
-        from searchenv.retrievers import WRAPPERS
-
-        warnings.warn(
-            "searchenv.retrievers.degraded.options.WRAPPERS is deprecated; use searchenv.retrievers.WRAPPERS",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return WRAPPERS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# WRAPPERS moved to searchenv.retrievers.WRAPPERS (read from the engine catalogue).
+__getattr__ = moved(__name__, {"WRAPPERS": "searchenv.retrievers:WRAPPERS"})
 
 
 def check_wrapper_options(name: str, options: Mapping[str, Any]) -> None:

@@ -5,24 +5,13 @@
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import Any
-
+from searchenv.imports import moved
 from searchenv.retrievers.server.app import ServerConfig, create_app
 from searchenv.retrievers.server.run import serve
 
 __all__ = ["ServerConfig", "create_app", "serve"]
 
-_MOVED = ("add_serve_parser", "config_from_args", "main", "run_serve")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        warnings.warn(
-            f"searchenv.retrievers.server.command.{name} moved to searchenv.cli.serve.{name}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module("searchenv.cli.serve"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = moved(
+    __name__,
+    {name: f"searchenv.cli.serve:{name}" for name in ("add_serve_parser", "config_from_args", "main", "run_serve")},
+)

@@ -3,17 +3,6 @@
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import Any
+from searchenv.imports import moved
 
-
-def __getattr__(name: str) -> Any:
-    if name == "add_evaluation_parsers":
-        warnings.warn(
-            "searchenv.evaluation.cli.add_evaluation_parsers moved to searchenv.cli.evaluation.add_evaluation_parsers",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return importlib.import_module("searchenv.cli.evaluation").add_evaluation_parsers
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = moved(__name__, {"add_evaluation_parsers": "searchenv.cli.evaluation:add_evaluation_parsers"})

@@ -10,7 +10,6 @@ from every record in the transcripts file, including those of earlier runs.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import signal
 import sys
@@ -33,6 +32,7 @@ from searchenv.evaluation.report import (
     write_csv,
 )
 from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, run_cell
+from searchenv.imports import moved
 from searchenv.retrievers import route_options
 from searchenv.types import QAExample
 
@@ -123,18 +123,8 @@ def retriever_options(names: list[str], pairs: list[tuple[str, Any]]) -> dict[st
     return route_options(names, pairs, "--retriever-option {}".format)
 
 
-def __getattr__(name: str) -> Any:
-    """``add_eval_arguments`` moved to :mod:`searchenv.cli.evaluation` (command-line code lives in searchenv/cli)."""
-    if name == "add_eval_arguments":
-        import warnings
-
-        warnings.warn(
-            "searchenv.evaluation.suite.add_eval_arguments moved to searchenv.cli.evaluation.add_eval_arguments",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return importlib.import_module("searchenv.cli.evaluation").add_eval_arguments
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# add_eval_arguments moved to searchenv.cli.evaluation (command-line code lives in searchenv/cli).
+__getattr__ = moved(__name__, {"add_eval_arguments": "searchenv.cli.evaluation:add_eval_arguments"})
 
 
 def _build_retrievers(args: argparse.Namespace, options: dict[str, dict[str, Any]]) -> dict[str, Any]:
