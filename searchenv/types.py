@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "CAPABILITIES",
     "AsyncDocumentOpener",
     "AsyncRetriever",
     "ChecksOnStart",
@@ -46,6 +47,7 @@ __all__ = [
     "TakesTrainingStep",
     "WantsGolds",
     "WantsQuestions",
+    "capabilities_of",
     "has_flag",
     "split_contents",
 ]
@@ -242,16 +244,36 @@ class WantsQuestions(Protocol):
     wants_questions: bool
 
 
+_FLAGS: dict[type, str] = {
+    ComputesInProcess: "compute_only",
+    WantsGolds: "wants_golds",
+    WantsQuestions: "wants_questions",
+    ChecksOnStart: "check_on_start",
+}
+
+#: Every optional capability of a retriever (or opener), as listed in this module's docstring.
+CAPABILITIES: tuple[type, ...] = (
+    ComputesInProcess,
+    AsyncRetriever,
+    WantsGolds,
+    TakesTrainingStep,
+    Closeable,
+    ChecksOnStart,
+    DocumentOpener,
+    AsyncDocumentOpener,
+    WantsQuestions,
+)
+
+
 def has_flag(obj: object, capability: type) -> bool:
     """Whether ``obj`` has the flag capability ``capability`` (:class:`ComputesInProcess`, :class:`WantsGolds`,
     :class:`WantsQuestions`, :class:`ChecksOnStart`) *and* the flag is set: the attribute may be a property whose
     value depends on the object (a degraded wrapper computes only when its base does)."""
-    flag = {
-        ComputesInProcess: "compute_only",
-        WantsGolds: "wants_golds",
-        WantsQuestions: "wants_questions",
-        ChecksOnStart: "check_on_start",
-    }.get(capability)
-    if flag is None:
+    if capability not in _FLAGS:
         raise TypeError(f"has_flag reads the flag capabilities, not {capability!r}")
-    return isinstance(obj, capability) and bool(getattr(obj, flag))
+    return isinstance(obj, capability) and bool(getattr(obj, _FLAGS[capability]))
+
+
+def capabilities_of(obj: object) -> frozenset[type]:
+    """The capabilities of :data:`CAPABILITIES` that ``obj`` has (a flag capability only when its flag is set)."""
+    return frozenset(cap for cap in CAPABILITIES if (has_flag(obj, cap) if cap in _FLAGS else isinstance(obj, cap)))

@@ -20,31 +20,7 @@ from searchenv.retrievers import (
     make_retriever,
 )
 from searchenv.retrievers.catalogue import ENGINES, REMOTE_CAPABILITIES, REMOTE_OPTIONS
-from searchenv.types import (
-    AsyncDocumentOpener,
-    AsyncRetriever,
-    ChecksOnStart,
-    Closeable,
-    ComputesInProcess,
-    DocumentOpener,
-    TakesTrainingStep,
-    WantsGolds,
-    WantsQuestions,
-    has_flag,
-)
-
-CAPABILITIES = (
-    AsyncDocumentOpener,
-    AsyncRetriever,
-    ChecksOnStart,
-    Closeable,
-    ComputesInProcess,
-    DocumentOpener,
-    TakesTrainingStep,
-    WantsGolds,
-    WantsQuestions,
-)
-FLAGS = (ChecksOnStart, ComputesInProcess, WantsGolds, WantsQuestions)
+from searchenv.types import Closeable, capabilities_of
 
 # The least each engine needs to be checked and built without a network, a model or an encoder, with what turns
 # its flag capabilities on (a web engine asks for the questions when a summariser writes notes).
@@ -55,10 +31,6 @@ MINIMAL: dict[str, dict[str, Any]] = {
     **{name: {"base": "random", "p": 0.5} for name in WRAPPERS},
     "simulated": {"url": "http://127.0.0.1:9", "model": "m"},
 }
-
-
-def _has(obj: object) -> set[type]:
-    return {cap for cap in CAPABILITIES if (has_flag(obj, cap) if cap in FLAGS else isinstance(obj, cap))}
 
 
 def _dense_object(name: str) -> Any:
@@ -85,7 +57,7 @@ def test_every_engine_is_one_record_that_holds(name: str) -> None:
     else:
         built = make_retriever(name, CORPUS if record.needs_corpus or record.wraps else None, **MINIMAL.get(name, {}))
     try:
-        assert _has(built) == set(record.capabilities), f"{name}: the record's capabilities differ from its object's"
+        assert capabilities_of(built) == set(record.capabilities), f"{name}: its record says other capabilities"
     finally:
         if isinstance(built, Closeable):
             built.close()
@@ -108,7 +80,7 @@ def test_the_remote_client_record_holds() -> None:
 
     client = RemoteRetriever("http://127.0.0.1:9", check_on_start=True)
     try:
-        assert _has(client) == set(REMOTE_CAPABILITIES)
+        assert capabilities_of(client) == set(REMOTE_CAPABILITIES)
         named = set(inspect.signature(RemoteRetriever.__init__).parameters) - {"self", "url"}
         assert named == set(REMOTE_OPTIONS)
     finally:
