@@ -288,12 +288,19 @@ def test_app_reports_an_engine_that_cannot_be_built(corpus_path: Path) -> None:
 
 @pytest.mark.slow
 def test_serve_exits_non_zero_with_the_cause_when_the_engine_cannot_be_built(corpus_path: Path) -> None:
-    for options in (["--option", "no_such_option=1"], ["--retriever", "nosuchmodule:factory"]):
-        command = [sys.executable, "-m", "searchenv.retrievers.server", "--corpus", str(corpus_path), *options]
-        done = subprocess.run([*command, "--port", "0"], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 1, done.stderr[-2000:]
-        assert "could not build retriever" in done.stderr
-        assert ("no_such_option" if "--option" in options else "nosuchmodule") in done.stderr
+    server = [sys.executable, "-m", "searchenv.retrievers.server", "--corpus", str(corpus_path), "--port", "0"]
+    # refused by the checks before anything loads: one error line, exit 2 (as `searchenv serve`)
+    for options, cause in (
+        (["--option", "no_such_option=1"], "no option 'no_such_option'"),
+        (["--retriever", "nosuchmodule:factory"], "no module 'nosuchmodule'"),
+    ):
+        done = subprocess.run([*server, *options], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and cause in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+    # a factory's own options are its business: it fails when built, and the server exits 1 with the cause
+    factory = ["--retriever", "searchenv.retrievers.random_retriever:RandomRetriever", "--option", "no_such_option=1"]
+    done = subprocess.run([*server, *factory], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "could not build retriever" in done.stderr and "no_such_option" in done.stderr
 
 
 def test_requests_wait_for_an_engine_that_is_still_loading(tmp_path: Path, corpus_path: Path) -> None:
