@@ -7,38 +7,29 @@ veRL, Search-R1 and SkyRL all train from the same row layout (SPEC §6)::
 
 veRL picks the agent loop per row from an ``agent_name`` column; SkyRL picks the environment from
 ``env_class`` and hands every other column to the environment as ``extras`` (the gold answers under
-``reward_spec``). This module writes both flavours (``python -m searchenv.adapters.rows``) and holds what
-both trainer adapters use to play a row: :func:`row_example` (question and gold answers),
-:func:`choose_conversation` (the first conversation) and :func:`episode_env` (a fresh environment sharing the
-config's retriever and reward spec).
+``reward_spec``). This module writes both flavours (:func:`build_rows`, :func:`write_rows`,
+:func:`write_paper_datasets`; the command line is ``searchenv verl-data``, :mod:`searchenv.cli.verl_data`) and
+holds what both trainer adapters use to play a row: :func:`row_example` (question and gold answers),
+:func:`choose_conversation` (the first conversation) and :func:`episode_env` (an environment reset with the row,
+sharing the config's retriever and reward spec through the composition root).
 
-Command line (also ``searchenv verl-data`` once wired into the CLI)::
-
-    python -m searchenv.adapters.rows --dataset world --output data/searchenv
-    python -m searchenv.adapters.rows --dataset nq --dataset hotpotqa --split train --output data/nq_hotpotqa
-    python -m searchenv.adapters.rows --dataset ../shared/data/qa/nq_test_1000.jsonl --split test --output d
-    python -m searchenv.adapters.rows --paper --output data/paper   # NQ+HotpotQA train, seven-set test mix
-
-Named datasets come from the hub unless ``--data-dir`` (or ``SEARCHENV_DATA_DIR``) holds ``<name>/<split>.jsonl``
+Named datasets come from the hub unless ``data_dir`` (or ``SEARCHENV_DATA_DIR``) holds ``<name>/<split>.jsonl``
 (:func:`searchenv.data.datasets.load_dataset`).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import functools
 import json
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from searchenv.cli.arguments import add_dataset_arguments
 from searchenv.data.datasets import HUB_DATASETS, example_from_row, load_dataset
 from searchenv.env.defaults import env_default
 from searchenv.env.search_qa import SearchQAEnv
+from searchenv.imports import load_attr, moved
 from searchenv.protocol import Protocol, get_protocol
 from searchenv.types import QAExample
 
@@ -48,16 +39,13 @@ __all__ = [
     "PAPER_TRAIN",
     "PROMPT_MODES",
     "SKYRL_ENV_CLASS",
-    "add_parser",
     "build_rows",
     "choose_conversation",
     "episode_env",
     "eval_split",
-    "main",
     "plain",
     "row_example",
     "search_r1_row",
-    "write_datasets",
     "write_paper_datasets",
     "write_rows",
 ]
@@ -76,15 +64,16 @@ PAPER_TRAIN = ("nq", "hotpotqa")
 PAPER_EVAL = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 
 Trainer = Literal["verl", "skyrl"]
-_DESCRIPTION = "Write Search-R1 / veRL (or SkyRL) training parquet files from searchenv datasets."
 
 # What an adapter passes to every episode's SearchQAEnv unless its config says otherwise; every other option is
 # SearchQAEnv's own default. Rows bring their questions but no corpus, so a bare config searches the embedded world.
 _ADAPTER_DEFAULTS: dict[str, Any] = {"corpus": "world"}
 # Per-row fields: the adapters take them from the row, never from the trainer-wide config.
 _ROW_FIELDS = ("dataset", "split")
-# Rollout workers create their first environments from many threads at once; one builds the shared index.
-_TEMPLATE_LOCK = threading.Lock()
+# Configurations already warned about searching the world's corpus.
+_WARNED: set[str] = set()
+# The command-line names that moved to searchenv.cli.verl_data.
+_MOVED = ("add_parser", "main", "write_datasets")
 _LOG = logging.getLogger(__name__)
 
 
@@ -197,44 +186,40 @@ def choose_conversation(messages: Any, env_prompt: str, protocol: Protocol, mode
     return _with_env_prompt(conversation, env_prompt)
 
 
-@functools.lru_cache(maxsize=16)
-def _template_env(options_json: str) -> SearchQAEnv:
-    """One environment per distinct adapter config; its retriever and reward spec are shared by every episode.
-
-    Building it once also validates the config (unknown retriever, reward or protocol) at the first episode
-    with a clear error, instead of per row.
-    """
-    options = json.loads(options_json)
+def _warn_world_corpus(options: Mapping[str, Any]) -> None:
+    """Say once per configuration that a row without a corpus searches the built-in world's."""
     retriever = options.get("retriever", env_default("retriever"))
-    if options["corpus"] == "world" and not str(retriever).startswith("http"):
-        _LOG.warning(
-            "searchenv: %s searches the built-in world's corpus (no corpus configured); set corpus to a passage "
-            "jsonl for any other dataset",
-            retriever,
-        )
-    placeholder = QAExample(id="config-check", question="config check", golden_answers=("-",))
-    return SearchQAEnv(dataset=[placeholder], **options)
+    key = json.dumps(options, sort_keys=True)
+    if options["corpus"] != "world" or str(retriever).startswith("http") or key in _WARNED:
+        return
+    _WARNED.add(key)
+    _LOG.warning(
+        "searchenv: %s searches the built-in world's corpus (no corpus configured); set corpus to a passage jsonl "
+        "for any other dataset",
+        retriever,
+    )
 
 
 def episode_env(example: QAExample, options: Mapping[str, Any] | None = None) -> tuple[SearchQAEnv, dict[str, Any]]:
-    """A fresh :class:`~searchenv.env.SearchQAEnv` for one row, reset, with its reset ``info``.
+    """A :class:`~searchenv.env.SearchQAEnv` playing one row: built from the trainer config's options, then reset
+    with ``options={"example": row}``; returns it with its reset ``info``.
 
     ``options`` are SearchQAEnv keyword arguments from the trainer config (``retriever``, ``corpus``,
-    ``reward``, ``topk``, ``max_turns``, ``protocol``, …). Environments built from equal options share one
-    retriever (one index, one HTTP client) and one reward spec, so a fresh environment per row costs little.
+    ``reward``, ``topk``, ``max_turns``, ``protocol``, …). They are plain config values, so the composition root
+    (:mod:`searchenv.components`) gives every environment built from equal options the same retriever (one index,
+    one HTTP client) and reward spec: an environment per row costs its checks and an empty episode, nothing more.
     """
     merged = {**_ADAPTER_DEFAULTS, **(plain(options) or {})}
     misplaced = [k for k in _ROW_FIELDS if k in merged]
     if misplaced:
         raise ValueError(f"{misplaced} come from each training row, not from the adapter config; remove them")
     try:
-        key = json.dumps(merged, sort_keys=True)
+        json.dumps(merged, sort_keys=True)
     except TypeError as exc:
         raise ValueError(f"adapter env options must be plain config values (names, paths, numbers): {exc}") from None
-    with _TEMPLATE_LOCK:
-        template = _template_env(key)
-    env = SearchQAEnv(dataset=[example], **{**merged, "retriever": template.retriever, "reward": template.reward_spec})
-    _, info = env.reset(options={"index": 0})
+    _warn_world_corpus(merged)
+    env = SearchQAEnv(dataset=[example], **merged)
+    _, info = env.reset(options={"example": example})
     return env, info
 
 
@@ -307,68 +292,9 @@ def write_paper_datasets(
     return written
 
 
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_dataset_arguments(
-        parser,
-        several_datasets=True,
-        several_splits=True,
-        split_help="split to write, one <split>.parquet each (default: train and test for 'world', else test)",
-        limit_help="keep the first N questions of each dataset",
-    )
-    parser.add_argument(
-        "--paper",
-        action="store_true",
-        help="Search-R1's data instead of --dataset: train = NQ + HotpotQA train, test = the seven sets mixed",
-    )
-    parser.add_argument("--output", required=True, help="output folder")
-    parser.add_argument(
-        "--protocol", default=env_default("protocol"), help="prompt/tag protocol (search-r1, r1-searcher, r-search)"
-    )
-    parser.add_argument("--trainer", choices=["verl", "skyrl"], default="verl", help="adds agent_name or env_class")
+# The ``verl-data`` command line moved to searchenv.cli.verl_data; its old names still resolve here.
+__getattr__ = moved(__name__, {name: f"searchenv.cli.verl_data:{name}" for name in _MOVED})
 
 
-def write_datasets(args: argparse.Namespace) -> list[Path]:
-    """Write one parquet file per split from parsed command-line arguments; returns the paths."""
-    if args.paper == bool(args.dataset):
-        raise ValueError("give either --dataset (repeatable) or --paper")
-    if args.paper:
-        return write_paper_datasets(
-            args.output, args.protocol, args.trainer, args.limit, args.data_dir, args.split or ("train", "test")
-        )
-    splits = args.split or (["train", "test"] if args.dataset == ["world"] else ["test"])
-    written = []
-    rows_per_split = build_rows(args.dataset, splits, args.protocol, args.trainer, args.limit, args.data_dir)
-    for split, rows in rows_per_split.items():
-        path = write_rows(rows, Path(args.output) / f"{split}.parquet")
-        print(f"wrote {len(rows)} rows to {path}")
-        written.append(path)
-    return written
-
-
-def _run(args: argparse.Namespace) -> int:
-    write_datasets(args)
-    return 0
-
-
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``searchenv verl-data`` on the CLI's subparsers."""
-    parser = subparsers.add_parser(
-        "verl-data", help="write Search-R1 / veRL (or SkyRL) training parquet files", description=_DESCRIPTION
-    )
-    _add_arguments(parser)
-    parser.set_defaults(handler=_run)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> list[Path]:
-    parser = argparse.ArgumentParser(prog="python -m searchenv.adapters.rows", description=_DESCRIPTION)
-    _add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return write_datasets(args)
-    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as exc:
-        parser.error(str(exc))
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # ``python -m searchenv.adapters.rows``: the command line's old address
+    load_attr("searchenv.cli.verl_data:main")()

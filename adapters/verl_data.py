@@ -1,7 +1,7 @@
-"""Moved to :mod:`searchenv.adapters.rows`; kept so that ``python -m searchenv.adapters.verl_data``
-(and launcher settings that name it) keep working."""
+"""Moved to :mod:`searchenv.cli.verl_data` (``searchenv verl-data``); kept so that
+``python -m searchenv.adapters.verl_data`` (and launcher settings that name it) keep working."""
 
-from searchenv.adapters.rows import main
+from searchenv.cli.verl_data import main
 
 __all__ = ["main"]
 

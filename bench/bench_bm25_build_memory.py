@@ -31,7 +31,7 @@ def child(corpus_path: str, directory: str, segment_docs: int, workers: int) -> 
     """One build (``segment_docs`` 0: Lucene's); prints its wall and CPU seconds as one JSON line."""
     from searchenv.corpus import DiskCorpus
     from searchenv.retrievers.bm25.lucene import build_lucene_index
-    from searchenv.retrievers.bm25.native.build import build_native_index
+    from searchenv.retrievers.bm25.native.builder import build_native_index
     from searchenv.retrievers.bm25.retriever import PYSERINI_B, PYSERINI_K1
 
     corpus = DiskCorpus(corpus_path)

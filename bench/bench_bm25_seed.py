@@ -22,7 +22,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import numpy as np  # noqa: E402
 
-from searchenv.retrievers.bm25.native.search import SEED_FROM_BLOCKS, NativeEngine  # noqa: E402
+from searchenv.retrievers.bm25.native.engine import SEED_FROM_BLOCKS, NativeEngine  # noqa: E402
 
 EDGES = (0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536, 2**62)
 

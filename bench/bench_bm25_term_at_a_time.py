@@ -28,7 +28,7 @@ DATA = Path(os.environ.get("SEARCHENV_SHARED_DATA", Path(__file__).resolve().par
 
 def main() -> None:
     from searchenv.corpus import Corpus
-    from searchenv.retrievers.bm25.native.search import NativeEngine, _search_kernel
+    from searchenv.retrievers.bm25.native.engine import NativeEngine, _search_kernel
     from searchenv.retrievers.bm25.native.term_at_a_time import term_at_a_time_kernel
     from searchenv.retrievers.bm25.retriever import BM25Retriever
 

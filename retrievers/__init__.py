@@ -8,23 +8,23 @@ a URL of a running retrieval service into a retriever over a corpus. The degrade
 (:mod:`searchenv.retrievers.simulated`). Engines are imported only when asked for, so ``import searchenv`` never
 pulls in torch, faiss or a JVM.
 
-:data:`RETRIEVER_OPTIONS` lists the options every engine accepts, so that :func:`check_retriever_options`
-can refuse a misspelt or mistyped option before any index is built (the CLI and
-:mod:`searchenv.components` call it first). Most code should build retrievers through
+Every fact about an engine — its factory, its options with their checks, whether it reads a corpus, is dense or
+wraps another engine — is one record of the catalogue (:mod:`searchenv.retrievers.catalogue`); the tables here
+are read from it. :func:`check_retriever_options` refuses a misspelt, mistyped or out-of-range option before any
+index is built (the CLI and :mod:`searchenv.components` call it first). Most code should build retrievers through
 :func:`searchenv.components.build_retriever`, which also shares one instance per distinct argument set.
 """
 
 from __future__ import annotations
 
-import difflib
-import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from searchenv.checks import did_you_mean, matches_type
 from searchenv.corpus import Corpus
 from searchenv.imports import check_reference, is_reference, load_attr
-from searchenv.retrievers.degraded.options import WRAPPERS, check_wrapper_options
-from searchenv.retrievers.simulated.options import SIMULATED_OPTIONS, check_simulated_options
+from searchenv.retrievers.catalogue import ENGINES, engine
+from searchenv.retrievers.catalogue import REMOTE_OPTIONS as REMOTE_CLIENT_OPTIONS
 from searchenv.types import Retriever
 
 __all__ = [
@@ -36,148 +36,31 @@ __all__ = [
     "accepted_options",
     "check_retriever_options",
     "make_retriever",
+    "route_options",
 ]
 
-#: name → "module:factory"; a factory is called as ``factory(corpus, **options)``.
-RETRIEVERS: dict[str, str] = {
-    "random": "searchenv.retrievers.random_retriever:RandomRetriever",
-    "bm25": "searchenv.retrievers.bm25.retriever:BM25Retriever",
-    "e5-exact": "searchenv.retrievers.dense.retriever:exact_retriever",
-    "e5-hnsw": "searchenv.retrievers.dense.retriever:hnsw_retriever",
-    "e5-ivfpq": "searchenv.retrievers.dense.retriever:ivfpq_retriever",
-    "web": "searchenv.retrievers.web.brave:BraveSearchRetriever",
-    "brave": "searchenv.retrievers.web.brave:BraveSearchRetriever",
-    "searxng": "searchenv.retrievers.web.searxng:SearxngRetriever",
-    "serper": "searchenv.retrievers.web.serper:SerperRetriever",
-    "noisy": "searchenv.retrievers.degraded.wrappers:noisy_retriever",
-    "empty": "searchenv.retrievers.degraded.wrappers:empty_retriever",
-    "shuffled": "searchenv.retrievers.degraded.wrappers:shuffled_retriever",
-    "distractor": "searchenv.retrievers.degraded.wrappers:distractor_retriever",
-    "simulated": "searchenv.retrievers.simulated.engine:simulated_retriever",
-}
+#: name → "module:factory"; a factory is called as ``factory(corpus, **options)`` (read from the catalogue).
+RETRIEVERS: dict[str, str] = {name: record.factory for name, record in ENGINES.items()}
 
 #: Registered retrievers that search no corpus of ours (``corpus`` may be ``None`` for them).
-CORPUS_FREE: frozenset[str] = frozenset({"web", "brave", "searxng", "serper", "simulated"})
+CORPUS_FREE: frozenset[str] = frozenset(name for name, r in ENGINES.items() if not r.needs_corpus and not r.wraps)
 
-# Wrappers that read no corpus themselves (their base may): every degraded engine but ``noisy``.
-_CORPUS_FREE_WRAPPERS: frozenset[str] = frozenset(WRAPPERS) - {"noisy"}
-
-# Option types: ``int``/``float``/``bool``/``str`` are checked (``None`` always means "the engine's default");
-# ``object`` accepts anything (e.g. an Encoder instance for ``encoder``). ``str`` also accepts paths.
-_DENSE_OPTIONS: dict[str, type] = {
-    "encoder": object,
-    "index_dir": str,
-    "index_path": str,
-    "cache_dir": str,
-    "cache": bool,
-    "mmap": bool,
-    "use_gpu": bool,
-    "search_engine": str,
-    "search_device": str,
-    "shard_size": int,
-    "progress": bool,
-    "family": str,
-    "max_length": int,
-    "batch_size": int,
-    "device": str,
-    "fp16": bool,
-    "variant": str,
-    "num_threads": int,
-}
-
-# The web search backends' options (searchenv.retrievers.web.search.WebSearchRetriever); ``endpoint`` is Brave's
-# older spelling of ``url``; ``pages`` and ``summariser`` hold the page reader's and note-taker's options.
-_WEB_OPTIONS: dict[str, type] = {
-    "url": str,
-    "endpoint": str,
-    "api_key": str,
-    "api_key_env": str,
-    "timeout": float,
-    "retry_window": float,
-    "retries": int,
-    "backoff": float,
-    "max_backoff": float,
-    "concurrency": int,
-    "min_interval": float,
-    "params": object,
-    "seed": int,
-    "cache": str,
-    "cache_mode": str,
-    "pages": object,
-    "summariser": object,
-    "price_per_1k": float,
+#: The degraded engines → the options they take besides ``base`` and ``base_options``.
+WRAPPERS: dict[str, tuple[str, ...]] = {
+    name: tuple(key for key in record.options if key not in ("base", "base_options"))
+    for name, record in ENGINES.items()
+    if record.wraps
 }
 
 #: engine name → the keyword options its factory accepts and their types (see each factory's docstring).
-RETRIEVER_OPTIONS: dict[str, dict[str, type]] = {
-    "random": {"seed": int},
-    "bm25": {
-        "engine": str,
-        "index_dir": str,
-        "k1": float,
-        "b": float,
-        "show_progress": bool,
-        "threads": int,
-        "rebuild": bool,
-        "segment_docs": int,
-    },
-    "e5-exact": dict(_DENSE_OPTIONS),
-    "e5-hnsw": {**_DENSE_OPTIONS, "m": int, "ef_construction": int, "ef_search": int},
-    "e5-ivfpq": {
-        **_DENSE_OPTIONS,
-        "nlist": int,
-        "pq_m": int,
-        "nprobe": int,
-        "candidates": int,
-        "train_size": int,
-        "seed": int,
-    },
-    "web": dict(_WEB_OPTIONS),  # Brave's first name
-    "brave": dict(_WEB_OPTIONS),
-    "searxng": {
-        name: kind for name, kind in _WEB_OPTIONS.items() if name not in ("api_key", "api_key_env", "endpoint")
-    },
-    "serper": {name: kind for name, kind in _WEB_OPTIONS.items() if name != "endpoint"},
-    # The degraded wrappers: ``base`` is an engine name or object, ``base_options`` its options, ``p`` a
-    # probability or a schedule (checked by searchenv.retrievers.degraded.options).
-    **{
-        name: {"base": object, "base_options": object, **dict.fromkeys(own, object), "seed": int}
-        for name, own in WRAPPERS.items()
-    },
-    # A model writes the results (checked by searchenv.retrievers.simulated.options).
-    "simulated": SIMULATED_OPTIONS,
-}
+RETRIEVER_OPTIONS: dict[str, dict[str, type]] = {name: record.option_types() for name, record in ENGINES.items()}
 
 #: Options of the HTTP client (:class:`~searchenv.retrievers.http.remote.RemoteRetriever`) used for ``http(s)://`` URLs.
-REMOTE_OPTIONS: dict[str, type] = {
-    "timeout": float,
-    "retry_window": float,
-    "retries": int,
-    "backoff": float,
-    "max_backoff": float,
-    "on_error": str,
-    "topk_field": str,
-    "token": str,
-    "pool_size": int,
-    "seed": int,
-    "check_on_start": bool,
-}
+REMOTE_OPTIONS: dict[str, type] = {name: option.kind for name, option in REMOTE_CLIENT_OPTIONS.items()}
 
 
 def _is_url(spec: str) -> bool:
     return spec.startswith(("http://", "https://"))
-
-
-def _type_ok(value: Any, kind: type) -> bool:
-    if value is None or kind is object:
-        return True
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, (str, os.PathLike))
 
 
 def accepted_options(spec: str) -> frozenset[str] | None:
@@ -193,47 +76,62 @@ def accepted_options(spec: str) -> frozenset[str] | None:
     return frozenset(RETRIEVER_OPTIONS.get(spec, ()))
 
 
+def route_options(
+    names: Sequence[str], pairs: Iterable[tuple[str, Any]], label: Callable[[str], str] = "option {!r}".format
+) -> dict[str, dict[str, Any]]:
+    """Each engine of ``names`` with the ``(key, value)`` options it takes, every engine's options checked.
+
+    So one run compares BM25 with a dense engine (``encoder=minilm`` reaches only the dense ones, ``k1`` only
+    BM25; a ``"module:factory"`` reference takes everything). An option no engine takes is an error naming the
+    engines and the nearest option (``label(key)`` says how the user gave it), not silently dropped.
+    """
+    routed: dict[str, dict[str, Any]] = {name: {} for name in names}
+    for key, value in pairs:
+        takers = [name for name in names if (accepted := accepted_options(name)) is None or key in accepted]
+        if not takers:
+            known = sorted(set().union(*(accepted_options(name) or () for name in names)))
+            raise ValueError(
+                f"{label(key)}: none of the retrievers {', '.join(names)} takes {key!r}{did_you_mean(key, known)}; "
+                f"their options are {known}"
+            )
+        for name in takers:
+            routed[name][key] = value
+    for name in names:
+        check_retriever_options(name, routed[name])
+    return routed
+
+
 def check_retriever_options(spec: str, options: Mapping[str, Any]) -> None:
     """Raise ``ValueError`` for an unknown engine, an option it does not take, or a value of the wrong type.
 
-    Nothing is imported or loaded except, for ``bm25``'s ``engine`` option, the list of BM25 engines.
+    Nothing is imported or loaded except what an engine's own rule needs (for ``bm25``'s ``engine`` option, the
+    list of BM25 engines).
     A ``"module:factory"`` reference is only checked to be importable; its options are the factory's business.
     """
     if is_reference(spec):
         check_reference(spec, "retriever factory")
         return
-    if _is_url(spec):
-        accepted, what = REMOTE_OPTIONS, "the HTTP retriever client"
-    elif spec in RETRIEVER_OPTIONS:
-        accepted, what = RETRIEVER_OPTIONS[spec], f"retriever {spec!r}"
-    else:
-        close = difflib.get_close_matches(spec, RETRIEVERS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(
-            f"unknown retriever {spec!r}{hint}; choose one of {sorted(RETRIEVERS)}, an http(s):// URL of a "
-            "retrieval server, a 'package.module:factory' reference, or an object with search(queries, k)"
-        )
+    record = None if _is_url(spec) else engine(spec)
+    accepted = REMOTE_CLIENT_OPTIONS if record is None else record.options
+    what = "the HTTP retriever client" if record is None else f"retriever {spec!r}"
     for key, value in options.items():
         if key not in accepted:
-            close = difflib.get_close_matches(str(key), accepted, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"{what} has no option {key!r}{hint}; its options are {sorted(accepted)}")
-        if not _type_ok(value, accepted[key]):
-            raise ValueError(f"{what}: option {key!r} must be {accepted[key].__name__}, got {value!r}")
-    if spec == "bm25" and options.get("engine") is not None:
-        from searchenv.retrievers.bm25.retriever import ENGINES
-
-        if options["engine"] not in ENGINES:
-            raise ValueError(f"unknown BM25 engine {options['engine']!r}; choose one of {', '.join(ENGINES)}")
-    if spec in WRAPPERS:
-        _check_wrapper(spec, options)
-    if spec == "simulated":
-        check_simulated_options(options)
+            raise ValueError(
+                f"{what} has no option {key!r}{did_you_mean(key, accepted)}; its options are {sorted(accepted)}"
+            )
+        option = accepted[key]
+        if not matches_type(value, option.kind):
+            raise ValueError(f"{what}: option {key!r} must be {option.kind.__name__}, got {value!r}")
+        if value is not None and option.check is not None:
+            option.check(value, f"{what}: option {key!r}")
+    if record is not None and record.check is not None:
+        record.check(spec, options)
+    if record is not None and record.wraps:
+        _check_base(spec, options)
 
 
-def _check_wrapper(spec: str, options: Mapping[str, Any]) -> None:
-    """A degraded engine's own options, then its base engine with the base's options."""
-    check_wrapper_options(spec, options)
+def _check_base(spec: str, options: Mapping[str, Any]) -> None:
+    """A degraded engine's base engine, with the base's options."""
     base, base_options = options.get("base"), options.get("base_options")
     usage = (
         f"retriever {spec!r} wraps another engine: give retriever_options={{'base': 'bm25', 'base_options': {{...}}}}"
@@ -276,7 +174,7 @@ def make_retriever(spec: str | Retriever, corpus: Corpus | None = None, **option
         from searchenv.retrievers.http.remote import RemoteRetriever
 
         return RemoteRetriever(spec, **options)
-    if corpus is None and spec not in CORPUS_FREE and spec not in _CORPUS_FREE_WRAPPERS:
+    if corpus is None and not is_reference(spec) and ENGINES[spec].needs_corpus:
         raise ValueError(f"retriever {spec!r} needs a corpus to search")
     factory = load_attr(spec if is_reference(spec) else RETRIEVERS[spec], "retriever factory")
     try:

@@ -1,8 +1,11 @@
-"""Index directories that remember what built them, so a stale index is refused instead of silently used.
+"""Indexes that remember what built them, so a stale index is refused instead of silently used.
 
-Every index directory holds ``searchenv-index.json``: the engine and its version, the parameters baked into
-the index (k1, b, analyzer), and the checksum and size of the corpus. Reopening with anything different raises
-:class:`IndexMismatchError` naming both sides and how to rebuild. A build writes into a scratch sibling directory
+One manifest, :class:`IndexManifest`, for every index kind: the engine and its version, the parameters baked into
+the index (BM25's k1, b and analyzer; a faiss graph's parameters, metric, encoder and dimension), and the checksum
+and size of the corpus. A BM25 index directory holds it as ``searchenv-index.json``; a dense index directory holds
+one beside each faiss file (``hnsw-m64-efc40.json``), since several parameter sets share one directory of vectors.
+Reopening with anything different raises :class:`IndexMismatchError` naming both sides and how to rebuild
+(:func:`compare_manifests`, the one comparison). A build writes into a scratch sibling directory
 and renames it into place only when complete, so an interrupted build never looks like a valid index; single
 files that are rewritten in place (records, faiss files, embedding shards) go through :func:`replacing`, the
 same rule for one file. Every index kind (BM25, dense, the embedding cache) writes through these helpers.
@@ -26,6 +29,7 @@ __all__ = [
     "IndexMismatchError",
     "build_into",
     "check_manifest",
+    "compare_manifests",
     "open_or_build",
     "replacing",
     "write_json_atomic",
@@ -56,12 +60,48 @@ class IndexManifest:
 
     @classmethod
     def read(cls, directory: Path) -> IndexManifest:
-        path = directory / MANIFEST_NAME
+        """The manifest of an index directory (``searchenv-index.json``)."""
+        return cls.read_file(directory / MANIFEST_NAME)
+
+    @classmethod
+    def read_file(cls, path: Path, convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> IndexManifest:
+        """A manifest file; ``convert`` maps an older layout of the file to this one's fields first."""
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return cls(**data)
-        except (OSError, json.JSONDecodeError, TypeError) as exc:
+            return cls(**(convert(data) if convert is not None else data))
+        except (OSError, json.JSONDecodeError, TypeError, KeyError) as exc:
             raise IndexMismatchError(f"{path} is not a readable searchenv index manifest ({exc})") from None
+
+    def write(self, path: Path) -> None:
+        """Write this manifest, stamped with the time, atomically to ``path``."""
+        stamped = IndexManifest(**{**asdict(self), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        with replacing(path) as tmp:
+            tmp.write_text(stamped.to_json(), encoding="utf-8")
+
+
+def compare_manifests(found: IndexManifest, expected: IndexManifest, where: Path, rebuild: str) -> None:
+    """Raise :class:`IndexMismatchError` when the index at ``where`` was built from another corpus, engine, version
+    or parameters than ``expected``; the message names both sides, then ``rebuild`` (how to build it again)."""
+    if found.corpus_checksum != expected.corpus_checksum:
+        raise IndexMismatchError(
+            f"index {where} was built from a different corpus: the index records corpus checksum "
+            f"{found.corpus_checksum} ({found.corpus_size} passages, {found.corpus_source or 'unknown source'}), "
+            f"the corpus given has checksum {expected.corpus_checksum} ({expected.corpus_size} passages, "
+            f"{expected.corpus_source or 'unknown source'}). {rebuild}"
+        )
+    for name in ("engine", "engine_version"):
+        if getattr(found, name) != getattr(expected, name):
+            raise IndexMismatchError(
+                f"index {where} was built with {name} {getattr(found, name)!r}, but {getattr(expected, name)!r} "
+                f"was asked for. Use the matching engine, or rebuild: {rebuild}"
+            )
+    stored, wanted = dict(found.params), dict(expected.params)
+    if stored != wanted:
+        differ = sorted(key for key in set(stored) | set(wanted) if stored.get(key) != wanted.get(key))
+        detail = "; ".join(f"{key}: stored {stored.get(key)!r}, requested {wanted.get(key)!r}" for key in differ)
+        raise IndexMismatchError(
+            f"index {where} was built with other parameters ({detail}); they are baked into the index. {rebuild}"
+        )
 
 
 def check_manifest(directory: Path, expected: IndexManifest) -> bool:
@@ -77,26 +117,8 @@ def check_manifest(directory: Path, expected: IndexManifest) -> bool:
             f"index_dir {directory} exists and is not empty but holds no {MANIFEST_NAME}: it is not a searchenv "
             "index. Pass an empty or new directory, or delete this one."
         )
-    found = IndexManifest.read(directory)
     rebuild = f"To rebuild, delete {directory} (or pass rebuild=True) and create the retriever again."
-    if found.corpus_checksum != expected.corpus_checksum:
-        raise IndexMismatchError(
-            f"index {directory} was built from a different corpus: the index records corpus checksum "
-            f"{found.corpus_checksum} ({found.corpus_size} passages, {found.corpus_source or 'unknown source'}), "
-            f"the corpus given has checksum {expected.corpus_checksum} ({expected.corpus_size} passages, "
-            f"{expected.corpus_source}). {rebuild}"
-        )
-    for name in ("engine", "engine_version"):
-        if getattr(found, name) != getattr(expected, name):
-            raise IndexMismatchError(
-                f"index {directory} was built with {name} {getattr(found, name)!r}, but {getattr(expected, name)!r} "
-                f"was asked for. Use the matching engine, or rebuild: {rebuild}"
-            )
-    if dict(found.params) != dict(expected.params):
-        raise IndexMismatchError(
-            f"index {directory} was built with parameters {dict(found.params)}, but {dict(expected.params)} were "
-            f"asked for (they are baked into the index). {rebuild}"
-        )
+    compare_manifests(IndexManifest.read(directory), expected, directory, rebuild)
     return True
 
 
@@ -126,8 +148,7 @@ def build_into(directory: Path, manifest: IndexManifest, build: Callable[[Path],
     scratch.mkdir(parents=True)
     try:
         built = build(scratch)
-        stamped = IndexManifest(**{**asdict(manifest), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-        (scratch / MANIFEST_NAME).write_text(stamped.to_json(), encoding="utf-8")
+        manifest.write(scratch / MANIFEST_NAME)
         if directory.exists():
             directory.rmdir()  # check_manifest established it is empty
         scratch.rename(directory)

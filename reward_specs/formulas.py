@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
 
+from searchenv.checks import choice, number
 from searchenv.episode.rollout import RewardResult, Rollout
 from searchenv.imports import load_attr
 from searchenv.reward_specs.blocks import block_content
@@ -104,18 +105,11 @@ class _Measured:
 
 # -- parameter checks ---------------------------------------------------------------------------------------------
 def _number(formula: str, key: str, value: Any, low: float, high: float, *, high_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RewardSpecError(f"{formula}: {key} must be a number, got {value!r}")
-    upper = ")" if high_open else "]"
-    if not (low <= value < high if high_open else low <= value <= high):
-        raise RewardSpecError(f"{formula}: {key} must be in [{low:g}, {high:g}{upper}, got {value!r}")
-    return float(value)
+    return number(value, f"{formula}: {key}", low, high, high_open=high_open, error=RewardSpecError)
 
 
 def _choice(formula: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise RewardSpecError(f"{formula}: {key} must be one of {list(choices)}, got {value!r}")
-    return value
+    return choice(value, f"{formula}: {key}", choices, error=RewardSpecError)
 
 
 # -- formulas --------------------------------------------------------------------------------------------------------

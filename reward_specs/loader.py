@@ -8,7 +8,6 @@ The built-in specs are files of the same kind in ``specs/``; the formulas are in
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import fields
@@ -18,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from searchenv.checks import did_you_mean
 from searchenv.episode.rollout import RewardSpec
 from searchenv.reward_specs.formulas import FORMULAS, RewardSpecError
 
@@ -72,8 +72,7 @@ def _resolve_mapping(spec: str | os.PathLike[str], relative_to: Path | None = No
     if relative_to is not None and not path.is_absolute():
         path = relative_to / path
     if isinstance(spec, str) and not path.suffix and not path.exists():
-        close = difflib.get_close_matches(_canonical(spec), REWARD_SPECS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(_canonical(spec), REWARD_SPECS)
         raise RewardSpecError(
             f"unknown reward spec {spec!r}{hint}; choose one of {list(REWARD_SPECS)}, "
             "or give a path to a .yaml/.json spec file, a mapping, or an object with name and __call__"
@@ -111,8 +110,7 @@ def _build(data: Mapping[str, Any]) -> RewardSpec:
     valid = [f.name for f in fields(cls) if f.init]
     for key in data:
         if key not in valid:
-            close = difflib.get_close_matches(str(key), valid, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(key, valid)
             raise RewardSpecError(f"unknown key {key!r} for formula {cls.formula!r}{hint}; valid keys: {valid}")
     data.setdefault("name", cls.formula)
     for key in ("name", "description"):

@@ -34,12 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from searchenv.checks import positive_int
 from searchenv.corpus import Corpus
 from searchenv.data.datasets import DEFAULT_SPLIT
-from searchenv.types import DocumentOpener, QAExample, Retriever
+from searchenv.types import ChecksOnStart, Closeable, DocumentOpener, QAExample, Retriever, has_flag
 
 if TYPE_CHECKING:
     from searchenv.protocol import Protocol
+    from searchenv.retrievers.catalogue import Engine
     from searchenv.retrievers.dense.encoders import Encoder
     from searchenv.reward_specs import RewardSpec
 
@@ -60,7 +62,6 @@ __all__ = [
 ]
 
 
-_DENSE_ENGINES = ("e5-exact", "e5-hnsw")
 _OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 T = TypeVar("T")
@@ -122,10 +123,9 @@ def close_shared() -> None:
     """
     failures = []
     for item in _SHARED.clear():
-        close = getattr(item, "close", None)
-        if callable(close):
+        if isinstance(item, Closeable):
             try:
-                close()
+                item.close()
             except Exception as exc:  # noqa: BLE001 - the others are still closed; raised below
                 failures.append(exc)
     if failures:
@@ -270,13 +270,13 @@ def check_retriever(
             )
         return
     check_retriever_options(retriever, options)
-    if retriever.startswith(("http://", "https://")) or _corpus_free(retriever):
+    if retriever.startswith(("http://", "https://")):  # a service: it searches its own corpus
         return
-    if _wraps(retriever):  # a degraded engine: its base needs what it needs; only noisy reads the corpus itself
-        if isinstance(options["base"], str):
-            check_retriever(options["base"], corpus, options.get("base_options"), dataset=dataset)
-        if retriever != "noisy":
-            return
+    record = _record(retriever)  # None: a "module:factory" reference, which searches the corpus it is given
+    if record is not None and record.wraps and isinstance(options["base"], str):  # its base needs what it needs
+        check_retriever(options["base"], corpus, options.get("base_options"), dataset=dataset)
+    if record is not None and not record.needs_corpus:
+        return
     if corpus is None and not _is_world(dataset):
         raise ValueError(
             f"retriever {retriever!r} needs a corpus: pass corpus='path/to/passages.jsonl' (--corpus; a jsonl of "
@@ -284,7 +284,7 @@ def check_retriever(
         )
     if isinstance(corpus, (str, os.PathLike)) and not _is_world(corpus) and not Path(corpus).is_file():
         raise FileNotFoundError(f"corpus file {os.fspath(corpus)!r} not found (a jsonl of {{'id','contents'}} rows)")
-    if retriever in _DENSE_ENGINES:
+    if record is not None and record.dense:
         index_path = options.get("index_path")
         if index_path is not None and not Path(index_path).is_file():
             raise FileNotFoundError(f"index_path {os.fspath(index_path)!r} is not a file (a prebuilt faiss index)")
@@ -346,8 +346,8 @@ def load_examples(
     """
     from searchenv.data.datasets import load_dataset
 
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+    if limit is not None:
+        positive_int(limit, "limit")
     check_dataset(dataset, split, data_dir)
     if isinstance(dataset, (str, os.PathLike)):  # rows given in memory are the caller's: not cached
         source = _path_key(dataset) if Path(dataset).is_file() else os.fspath(dataset)
@@ -383,16 +383,19 @@ def load_encoder(encoder: Any = None, **options: Any) -> Encoder:
     return _shared("encoder", [name, options], lambda: load(encoder, **options))
 
 
-def _corpus_free(retriever: str) -> bool:
-    from searchenv.retrievers import CORPUS_FREE
+def _record(retriever: str) -> Engine | None:
+    """The catalogue's record of a registered engine; ``None`` for a URL or a ``"module:factory"`` reference."""
+    from searchenv.retrievers.catalogue import ENGINES
 
-    return retriever in CORPUS_FREE
+    return ENGINES.get(retriever)
 
 
-def _wraps(retriever: str) -> bool:
-    from searchenv.retrievers import WRAPPERS
-
-    return retriever in WRAPPERS
+def _searches_no_corpus(retriever: str) -> bool:
+    """A service URL, or an engine that reads no corpus of ours and wraps none (the web, a model)."""
+    record = _record(retriever)
+    return retriever.startswith(("http://", "https://")) or (
+        record is not None and not record.needs_corpus and not record.wraps
+    )
 
 
 def build_retriever(
@@ -416,14 +419,15 @@ def build_retriever(
     check_retriever(retriever, corpus, options)
     if not isinstance(retriever, str):
         return retriever
-    if _wraps(retriever):
-        return _build_wrapper(retriever, corpus, options, shared)
-    is_url = retriever.startswith(("http://", "https://")) or _corpus_free(retriever)  # nothing of ours to search
+    record = _record(retriever)
+    if record is not None and record.wraps:
+        return _build_wrapper(record, corpus, options, shared)
+    is_url = _searches_no_corpus(retriever)  # nothing of ours to search
     corpus_key = None if is_url else "world" if corpus is None or _is_world(corpus) else corpus
 
     def build() -> Retriever:
         built = make_retriever(retriever, None if is_url else load_corpus(corpus, shared=shared), **options)
-        if getattr(built, "check_on_start", False):  # a service: make sure it is there before any episode waits
+        if has_flag(built, ChecksOnStart):  # a service: make sure it is there before any episode waits
             built.check_reachable()
         return built
 
@@ -433,7 +437,7 @@ def build_retriever(
 
 
 def _build_wrapper(
-    retriever: str, corpus: str | os.PathLike[str] | Corpus | None, options: dict[str, Any], shared: bool
+    record: Engine, corpus: str | os.PathLike[str] | Corpus | None, options: dict[str, Any], shared: bool
 ) -> Retriever:
     from searchenv.retrievers import make_retriever
 
@@ -441,10 +445,10 @@ def _build_wrapper(
         own = {key: value for key, value in options.items() if key != "base_options"}
         if isinstance(own["base"], str):
             own["base"] = build_retriever(own["base"], corpus, options.get("base_options"), shared=shared)
-        return make_retriever(retriever, load_corpus(corpus, shared=shared) if retriever == "noisy" else None, **own)
+        return make_retriever(record.name, load_corpus(corpus, shared=shared) if record.needs_corpus else None, **own)
 
     corpus_key = _path_key(corpus) if isinstance(corpus, (str, os.PathLike)) and not _is_world(corpus) else corpus
-    return _shared("retriever", [retriever, "world" if corpus is None else corpus_key, options], build, shared)
+    return _shared("retriever", [record.name, "world" if corpus is None else corpus_key, options], build, shared)
 
 
 @dataclass(frozen=True)
@@ -464,9 +468,9 @@ def build_opener(
     """What opens the documents of ``built``'s results: the retriever itself when it has ``open_documents`` (web
     retrievers fetch pages), else the articles of the corpus it searches (:class:`~searchenv.documents.CorpusArticles`,
     one per corpus), else ``None`` (a retrieval service, or an engine that searches no corpus of ours)."""
-    if callable(getattr(built, "open_documents", None)):
-        return built  # type: ignore[return-value]
-    if isinstance(retriever, str) and (retriever.startswith(("http://", "https://")) or _corpus_free(retriever)):
+    if isinstance(built, DocumentOpener):
+        return built
+    if isinstance(retriever, str) and _searches_no_corpus(retriever):
         return None
     from searchenv.documents import CorpusArticles
 

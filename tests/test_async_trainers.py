@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from test_verl_adapter import AGENT_YAML, launcher_overrides, qwen_model_dir, run_loop  # noqa: F401 (a fixture)
 from verl.workers.rollout.replica import TokenOutput
 
-from searchenv.adapters.rows import main as rows_main
+from searchenv.cli.verl_data import main as rows_main
 from searchenv.episode.generation import Generation
 
 ENV = {"retriever": "bm25", "reward": "em", "topk": 2, "max_turns": 3}

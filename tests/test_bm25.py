@@ -20,10 +20,10 @@ import pytest
 from searchenv.corpus import Corpus
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.bm25.analyzer import EnglishAnalyzer
-from searchenv.retrievers.bm25.native import search as native_search
-from searchenv.retrievers.bm25.native.build import build_native_index
+from searchenv.retrievers.bm25.native import engine as native_search
+from searchenv.retrievers.bm25.native.builder import build_native_index
+from searchenv.retrievers.bm25.native.engine import SEED_FROM_BLOCKS, NativeEngine
 from searchenv.retrievers.bm25.native.index_format import lucene_length
-from searchenv.retrievers.bm25.native.search import SEED_FROM_BLOCKS, NativeEngine
 from searchenv.retrievers.bm25.retriever import ENGINES, BM25Retriever, tie_tolerant_agreement
 from searchenv.retrievers.index_store import MANIFEST_NAME, IndexMismatchError
 from searchenv.types import Passage
@@ -331,7 +331,7 @@ def test_build_with_forgetful_workers_writes_the_same_index(tmp_path, union, mon
     """Workers that start their token tables afresh between segments (a bounded memory) change no byte."""
     import functools
 
-    from searchenv.retrievers.bm25.native import build
+    from searchenv.retrievers.bm25.native import builder as build
     from searchenv.retrievers.bm25.native.segments import SegmentAnalyser
 
     texts = [union.search_text(i) for i in range(1500)]
@@ -480,7 +480,7 @@ def test_symbols_lucene_keeps_are_found_natively():
 
 
 def test_jsonl_stream_gives_the_corpus_search_texts(tmp_path, shared_data):
-    from searchenv.retrievers.bm25.native.build import jsonl_search_texts
+    from searchenv.retrievers.bm25.native.builder import jsonl_search_texts
 
     path = shared_data / "corpus" / "union.jsonl"
     corpus = Corpus.from_jsonl(path)

@@ -264,9 +264,12 @@ def test_index_dir_builds_once_and_refuses_mismatches(hotpot, minilm, tmp_path):
     assert exact.search([hotpot.titles[7]], 1)[0][0].id == hotpot.ids[7]
     hnsw = hnsw_retriever(hotpot, encoder=minilm, index_dir=directory, ef_search=64, progress=False)
     record = json.loads((directory / "hnsw-m64-efc40.json").read_text())
-    assert (
-        record["index_type"] == "hnsw" and record["dim"] == 384 and record["params"] == {"m": 64, "ef_construction": 40}
-    )
+    assert record["engine"] == "faiss-hnsw" and record["corpus_checksum"] == hotpot.checksum
+    assert {key: record["params"][key] for key in ("m", "ef_construction", "dim")} == {
+        "m": 64,
+        "ef_construction": 40,
+        "dim": 384,
+    }
     assert hnsw.search([hotpot.titles[7]], 1)[0][0].id == hotpot.ids[7]
     smaller = hnsw_retriever(hotpot, encoder=minilm, index_dir=directory, m=16, progress=False)  # a second graph
     assert smaller.index.hnsw.nb_neighbors(0) == 32 and (directory / "hnsw-m16-efc40.faiss").exists()

@@ -15,7 +15,7 @@ from searchenv import SearchQAEnv, step_batch
 from searchenv.components import build_retriever, close_shared
 from searchenv.retrievers.bm25.retriever import BM25Retriever
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.retrievers.server.command import ServerConfig, create_app
+from searchenv.retrievers.server.app import ServerConfig, create_app
 
 
 def make_env(**kwargs) -> SearchQAEnv:

@@ -47,3 +47,23 @@ def test_retrievers_resolve_factory_references_through_it(tmp_path):
     assert len(retriever.search(["q"], 1)[0]) == 1
     with pytest.raises(ValueError, match="retriever factory 'no_such_pkg_xyz:f': no module"):
         check_retriever_options("no_such_pkg_xyz:f", {})
+
+
+@pytest.mark.parametrize(
+    ("old", "name", "new"),
+    [
+        ("searchenv.adapters.rows", "main", "searchenv.cli.verl_data:main"),
+        ("searchenv.retrievers.server.command", "config_from_args", "searchenv.cli.serve:config_from_args"),
+        ("searchenv.evaluation.cli", "add_evaluation_parsers", "searchenv.cli.evaluation:add_evaluation_parsers"),
+        ("searchenv.evaluation.suite", "add_eval_arguments", "searchenv.cli.evaluation:add_eval_arguments"),
+        ("searchenv.retrievers.degraded.options", "WRAPPERS", "searchenv.retrievers:WRAPPERS"),
+    ],
+)
+def test_moved_names_still_resolve_with_a_warning(old, name, new):
+    import importlib
+
+    module = importlib.import_module(old)
+    with pytest.deprecated_call(match=f"{old}.{name} moved to"):
+        assert getattr(module, name) is load_attr(new)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        module.no_such_name  # noqa: B018

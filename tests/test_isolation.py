@@ -18,7 +18,7 @@ import searchenv  # noqa: F401 - registers SearchQA-v0
 from searchenv import Passage, SearchQAEnv, step_batch
 from searchenv.env.stepping import step_batch_async
 from searchenv.retrievers.http.remote import RemoteRetriever
-from searchenv.retrievers.server.command import ServerConfig, create_app
+from searchenv.retrievers.server.app import ServerConfig, create_app
 
 POISON = "poison"
 

@@ -46,7 +46,7 @@ def _check(session: tuple[list[str], dict[str, Any], dict[str, Any], Any, Any]) 
     assert [r["rank"] for r in found["results"]] == [1, 2] and found["results"][0]["title"] == "Brosara"
     assert opened["title"] == "Brosara" and "founded in 999" in opened["text"] and opened["clipped"] is False
     assert missing.is_error and "no passage with id 'no-such-id'" in missing.content[0].text
-    assert too_many.is_error and "k must be between 1 and" in too_many.content[0].text
+    assert too_many.is_error and "less than or equal to 50" in too_many.content[0].text  # the schema's bound
 
 
 @pytest.mark.timeout(300)
@@ -81,3 +81,37 @@ def test_open_without_an_opener_says_the_engine_cannot_open_documents() -> None:
         asyncio.run(tools.open("718"))
     with pytest.raises(ValueError, match="non-empty"):
         asyncio.run(tools.search("  "))
+
+
+def test_tools_are_named_described_and_bounded_by_the_one_vocabulary() -> None:
+    """Before: no bounds or argument descriptions, k=true taken as 1, open echoing the article's title for the id
+    asked, and an empty server version."""
+    import searchenv
+    from searchenv.protocol.tool_calls import SEARCH_TOOL
+    from searchenv.protocol.tools import OPEN, SEARCH
+
+    retriever = build_retriever("bm25")
+    server = build_server(SearchTools(retriever, build_opener("bm25", retriever), max_k=7))
+
+    async def run() -> tuple[Any, ...]:
+        async with Client(server) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            as_bool = await client.call_tool("search", {"query": QUERY, "k": True})
+            found = _payload(await client.call_tool("search", {"query": QUERY, "k": 1}))
+            opened = _payload(await client.call_tool("open", {"ref": found["results"][0]["id"]}))
+            return client.server_info, listed, as_bool, found, opened
+
+    info, listed, as_bool, found, opened = asyncio.run(run())
+    assert info.version == searchenv.__version__ != ""
+    for tool in (SEARCH, OPEN):
+        declared = listed[tool.name]
+        assert declared.description == tool.description
+        for argument in tool.arguments:
+            assert declared.input_schema["properties"][argument.name]["description"] == argument.description
+    k = listed["search"].input_schema["properties"]["k"]
+    assert (k["type"], k["minimum"], k["maximum"]) == ("integer", 1, 7)
+    assert SEARCH_TOOL["function"]["description"] == listed["search"].description  # the protocols' words too
+    assert as_bool.is_error and "valid integer" in as_bool.content[0].text
+    assert opened["ref"] == found["results"][0]["id"] != opened["title"]
+    with pytest.raises(ValueError, match="k must be an integer, got True"):  # the tools themselves refuse it too
+        asyncio.run(SearchTools(retriever).search(QUERY, True))  # type: ignore[arg-type]

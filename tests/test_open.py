@@ -1,4 +1,4 @@
-"""Opening a result: ``<access> N </access>`` (ASearcher's protocol) and the ``open_page`` tool.
+"""Opening a result: ``<access> N </access>`` (ASearcher's protocol) and the ``open`` tool (once ``open_page``).
 
 Real parts: the embedded world with its native BM25 index for the whole episode, the corpus article opener the
 composition root gives the environment, and small in-memory corpora where an article must span passages or a
@@ -176,20 +176,23 @@ def test_page_text_cannot_forge_a_block_or_an_answer() -> None:
     assert trusted.prediction is None and trusted.facts.num_opens == 1
 
 
-def test_the_open_page_tool_opens_a_result_in_tool_call_protocols() -> None:
+def test_the_open_tool_opens_a_result_in_tool_call_protocols() -> None:
     protocol = PROTOCOLS["tool-call-open"]
     assert not PROTOCOLS["tool-call"].opens and protocol.opens
     env = SearchQAEnv(protocol="tool-call-open")
     _, reset_info = env.reset(options={"index": 0})
-    assert [tool["function"]["name"] for tool in reset_info["tools"]] == ["search", "open_page"]
+    assert [tool["function"]["name"] for tool in reset_info["tools"]] == ["search", "open"]
     env.step('<tool_call>{"name": "search", "arguments": {"query": "a town"}}</tool_call>')
-    observation, *_, info = env.step('<tool_call>{"name": "open_page", "arguments": {"ref": 1}}</tool_call>')
+    observation, *_, info = env.step('<tool_call>{"name": "open", "arguments": {"ref": 1}}</tool_call>')
     assert info["action"] == "open" and info["document_ref"] and "<tool_response>" in observation
-    bad = parse_action('<tool_call>{"name": "open_page", "arguments": {}}</tool_call>', protocol)
+    bad = parse_action('<tool_call>{"name": "open", "arguments": {}}</tool_call>', protocol)
     assert bad.kind == "invalid" and "ref" in (bad.reason or "")
     messages = chat_messages(env.episode)
-    assert messages[-1]["role"] == "tool" and messages[-1]["name"] == "open_page"
-    assert messages[-2]["tool_calls"][0]["function"] == {"name": "open_page", "arguments": {"ref": "1"}}
+    assert messages[-1]["role"] == "tool" and messages[-1]["name"] == "open"
+    assert messages[-2]["tool_calls"][0]["function"] == {"name": "open", "arguments": {"ref": "1"}}
+    # the tool's name before, open_page, is still read as an open (a model trained on it keeps working)
+    old = parse_action('<tool_call>{"name": "open_page", "arguments": {"ref": 2}}</tool_call>', protocol)
+    assert (old.kind, old.content) == ("open", "2")
 
 
 class Counting:
@@ -270,7 +273,7 @@ def test_the_format_check_reads_access_blocks() -> None:
     bad = check_format("<think>a</think><access> 1 </access><answer>y</answer>", ASEARCHER)
     assert not bad and "<answer>" in bad.reason
     assert not check_format(ok, "search-r1")  # <access> is no tag there: text between tags
-    with pytest.raises(ValueError, match="open_page"):
+    with pytest.raises(ValueError, match="'open' tool"):
         Protocol(name="x", action_format="tool-call", open_tags=("<a>", "</a>"))
 
 

@@ -54,7 +54,7 @@ def test_wheel_in_clean_virtualenv(tmp_path):
     assert top_level == {"searchenv"}, f"the wheel must install only the searchenv namespace, got {top_level}"
     shipped = (
         "retrievers/bm25/retriever.py",
-        "retrievers/bm25/native/search.py",
+        "retrievers/bm25/native/engine.py",
         "reward_specs/specs/em.yaml",
         "adapters/__init__.py",
         "adapters/verl/scripts/verl_train.sh",

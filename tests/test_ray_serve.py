@@ -13,7 +13,7 @@ from servers import free_port
 from searchenv.corpus import Corpus
 from searchenv.retrievers.bm25.retriever import BM25Retriever
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.retrievers.server.command import ServerConfig
+from searchenv.retrievers.server.app import ServerConfig
 from searchenv.retrievers.server.ray_serve import (
     IndexShard,
     ShardedRetriever,

@@ -22,7 +22,7 @@ from searchenv.retrievers.http.remote import FailedResults, RemoteRetriever, Ret
 from searchenv.retrievers.http.retry import parse_retry_after
 from searchenv.retrievers.http.wire import content_id
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.retrievers.server.command import ServerConfig, create_app
+from searchenv.retrievers.server.app import ServerConfig, create_app
 
 QUERIES = ["who wrote hamlet", "capital of peru", "who wrote hamlet", "largest moon of saturn"]
 

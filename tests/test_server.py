@@ -17,10 +17,11 @@ import httpx
 import pytest
 from servers import serve_in_thread, spawn_server
 
+from searchenv.cli.serve import add_serve_parser, config_from_args
 from searchenv.corpus import Corpus
 from searchenv.retrievers.http.remote import RemoteRetriever
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.retrievers.server.command import ServerConfig, add_serve_parser, config_from_args, create_app
+from searchenv.retrievers.server.app import ServerConfig, create_app
 from searchenv.types import Passage
 
 
@@ -287,12 +288,19 @@ def test_app_reports_an_engine_that_cannot_be_built(corpus_path: Path) -> None:
 
 @pytest.mark.slow
 def test_serve_exits_non_zero_with_the_cause_when_the_engine_cannot_be_built(corpus_path: Path) -> None:
-    for options in (["--option", "no_such_option=1"], ["--retriever", "nosuchmodule:factory"]):
-        command = [sys.executable, "-m", "searchenv.retrievers.server", "--corpus", str(corpus_path), *options]
-        done = subprocess.run([*command, "--port", "0"], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 1, done.stderr[-2000:]
-        assert "could not build retriever" in done.stderr
-        assert ("no_such_option" if "--option" in options else "nosuchmodule") in done.stderr
+    server = [sys.executable, "-m", "searchenv.retrievers.server", "--corpus", str(corpus_path), "--port", "0"]
+    # refused by the checks before anything loads: one error line, exit 2 (as `searchenv serve`)
+    for options, cause in (
+        (["--option", "no_such_option=1"], "no option 'no_such_option'"),
+        (["--retriever", "nosuchmodule:factory"], "no module 'nosuchmodule'"),
+    ):
+        done = subprocess.run([*server, *options], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and cause in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+    # a factory's own options are its business: it fails when built, and the server exits 1 with the cause
+    factory = ["--retriever", "searchenv.retrievers.random_retriever:RandomRetriever", "--option", "no_such_option=1"]
+    done = subprocess.run([*server, *factory], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "could not build retriever" in done.stderr and "no_such_option" in done.stderr
 
 
 def test_requests_wait_for_an_engine_that_is_still_loading(tmp_path: Path, corpus_path: Path) -> None:
@@ -347,10 +355,14 @@ def test_contents_are_returned_exactly_as_the_corpus_stores_them(shared_data: Pa
 def test_cli_arguments_default_to_loopback_and_reject_missing_corpus(tmp_path: Path, corpus_path: Path) -> None:
     parser = argparse.ArgumentParser()
     add_serve_parser(parser.add_subparsers())
-    args = parser.parse_args(["serve", "--corpus", str(corpus_path), "--option", "seed=3", "--option", "engine=bm25s"])
+    args = parser.parse_args(
+        ["serve", "--retriever", "bm25", "--corpus", str(corpus_path), "--option", "k1=0.8", "--engine", "bm25s"]
+    )
     assert args.host == "127.0.0.1" and args.handler.__name__ == "run_serve"
     config = config_from_args(args)
-    assert config.options == {"seed": 3, "engine": "bm25s"} and config.token is None
+    assert config.options == {"k1": 0.8, "engine": "bm25s"} and config.token is None
+    with pytest.raises(ValueError, match="retriever 'random' has no option 'k1'"):  # checked before any index loads
+        config_from_args(parser.parse_args(["serve", "--corpus", str(corpus_path), "--option", "k1=0.8"]))
     missing = parser.parse_args(["serve", "--corpus", str(tmp_path / "nope.jsonl")])
     with pytest.raises(SystemExit, match="corpus file not found"):
         config_from_args(missing)

@@ -107,7 +107,7 @@ def test_study_arguments_are_checked(small_setup, capsys):
     assert not (root / "x").exists()
     with pytest.raises(SystemExit):
         main(["study", "--dataset", str(dataset), "--k", "0,3", "--output", str(root / "x")])
-    assert "at least 1" in capsys.readouterr().err
+    assert "every item must be a positive integer" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -182,5 +182,8 @@ def test_study_keeps_finished_engines_when_a_later_one_fails(tmp_path, capsys):
     assert [p.name for p in (tmp_path / "idx").iterdir() if "-bm25-bm25s-" in p.name]  # the chosen BM25 engine
 
     nothing = tmp_path / "nothing"
+    assert main(["study", *common, "--engines", "e5-exact", "--output", str(nothing)]) == 2
+    assert "--engine: none of the retrievers e5-exact takes 'engine'" in capsys.readouterr().err  # not dropped
+    common = common[: common.index("--engine")]
     assert main(["study", *common, "--engines", "e5-exact", "--output", str(nothing)]) == 2
     assert "no engine finished" in capsys.readouterr().err and not nothing.exists()

@@ -247,3 +247,17 @@ def test_eval_policies_declare_the_tools_of_a_tool_call_protocol(qwen_tokenizer)
     # the endpoint's text and a local model's token path (encode_prompt, as in training) read the same prompt
     assert qwen_tokenizer.decode(encode_prompt(qwen_tokenizer, context.prompt, None, context.tool_schemas)) == text
     assert '"name": "search"' not in _chat_text(qwen_tokenizer, Context("Who founded it?", ""), None)
+
+
+def test_every_declared_tool_is_the_vocabularys() -> None:
+    """One table names and describes the tools for the protocols, MCP, TRL and veRL (tests/test_mcp.py, the TRL and
+    veRL tests hold those surfaces to it)."""
+    from searchenv.protocol import PROTOCOLS
+    from searchenv.protocol.tool_calls import tools_of
+    from searchenv.protocol.tools import OPEN, TOOLS, tool_named
+
+    declared = [tool for protocol in PROTOCOLS.values() for tool in tools_of(protocol)]
+    assert declared and all(
+        tool == TOOLS[tool["function"]["name"]].schema(without=("k",)) for tool in declared
+    )  # no protocol declares k: the environment's topk sets it
+    assert tool_named("open_page") is OPEN and tool_named("open") is OPEN and tool_named("browse") is None

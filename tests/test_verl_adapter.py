@@ -36,11 +36,12 @@ from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 from verl.workers.rollout.replica import TokenOutput
 
 import searchenv.adapters
-from searchenv.adapters.rows import AGENT_NAME, PAPER_EVAL, add_parser, episode_env, eval_split, row_example
-from searchenv.adapters.rows import main as verl_data_main
+from searchenv.adapters.rows import AGENT_NAME, PAPER_EVAL, episode_env, eval_split, row_example
 from searchenv.adapters.verl import agent_loop as verl_agent_loop
 from searchenv.adapters.verl.agent_loop import SearchEnvAgentLoop, compute_score, env_spans, merge_server_fields
 from searchenv.adapters.verl.launch import LAUNCH_FILES, launch_file
+from searchenv.cli.verl_data import add_parser
+from searchenv.cli.verl_data import main as verl_data_main
 from searchenv.protocol import PROTOCOLS
 
 REPO = Path(__file__).resolve().parents[1]

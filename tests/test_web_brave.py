@@ -21,7 +21,7 @@ from servers import serve_in_thread
 
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.http.retry import RetrievalUnavailable
-from searchenv.retrievers.server.command import ServerConfig, create_app
+from searchenv.retrievers.server.app import ServerConfig, create_app
 from searchenv.retrievers.web.brave import KEY_ENV, BraveSearchRetriever
 
 KEY = "test-key-d41d8cd98f00b204"

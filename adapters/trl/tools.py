@@ -39,6 +39,7 @@ from searchenv.adapters.tool_steps import (
     tool_result,
 )
 from searchenv.adapters.trl.metrics import log_episode_metrics
+from searchenv.protocol.tools import ANSWER, SEARCH
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -60,6 +61,9 @@ __all__ = [
 
 class SearchToolEnvironment:
     """One rollout's environment: its public method ``search`` is the tool TRL declares and calls.
+
+    TRL derives the tool's schema from the method's signature and docstring; the docstring is written from the one
+    tool vocabulary (:mod:`searchenv.protocol.tools`), so TRL declares the words the protocols and MCP declare.
 
     The final answer is the last assistant message (protocols ``tool-call`` with an ``<answer>`` block, or
     ``tool-call-message``); :func:`episode_reward` reads it into the episode.
@@ -91,25 +95,19 @@ class SearchToolEnvironment:
         return tool_result(self.env, observation, info)
 
     def search(self, query: str) -> str:
-        """Search Wikipedia and return the most relevant passages.
+        return self._step_call(SEARCH.name, {"query": query})
 
-        Args:
-            query: what to look up
-        """
-        return self._step_call("search", {"query": query})
+    search.__doc__ = SEARCH.docstring(without=("k",))  # TRL declares the tool from it: the one vocabulary's words
 
 
 class SearchAnswerToolEnvironment(SearchToolEnvironment):
     """A rollout's environment for protocol ``tool-call-answer-tool``: tools ``search`` and ``answer``."""
 
     def answer(self, answer: str) -> str:
-        """Give the final answer to the question. Ends the episode.
-
-        Args:
-            answer: the final answer, as short as possible
-        """
-        result = self._step_call("answer", {"answer": answer})
+        result = self._step_call(ANSWER.name, {"answer": answer})
         return "Answer recorded." if self.env.episode.terminated and result == "" else result
+
+    answer.__doc__ = ANSWER.docstring()
 
 
 class RewardingAnswerToolEnvironment(SearchAnswerToolEnvironment):

@@ -45,6 +45,7 @@ from searchenv.adapters.rows import episode_env, plain, row_example
 from searchenv.adapters.tool_steps import EPISODE_OVER, call_action, check_tool_protocol, finish_episode, tool_result
 from searchenv.env.search_qa import SearchQAEnv
 from searchenv.protocol.tool_calls import SEARCH_TOOL
+from searchenv.protocol.tools import SEARCH
 from searchenv.types import QAExample
 
 __all__ = ["AGENT_NAME", "TOOL_CONFIG", "SearchTool", "SearchToolAgentLoop"]
@@ -78,12 +79,13 @@ class SearchTool(BaseTool):
         probe, _ = episode_env(QAExample("probe", "probe", ()), self.env_options)  # builds the retriever once, now
         check_tool_protocol(probe, answer_tool=False)
         super().__init__(config, tool_schema)
-        if self.name != "search":
-            raise ValueError(f"SearchTool's schema must name the function 'search', got {self.name!r}")
+        if self.name != SEARCH.name:
+            raise ValueError(f"SearchTool's schema must name the function {SEARCH.name!r}, got {self.name!r}")
         self._examples: dict[str, QAExample | None] = {}
         self._own: dict[str, _Trajectory] = {}  # trajectories of callers that pass no agent_data
 
     def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
+        """The protocols' ``search`` schema, from the one tool vocabulary (:mod:`searchenv.protocol.tools`)."""
         return OpenAIFunctionToolSchema.model_validate(SEARCH_TOOL)
 
     def start_episode(self, example: QAExample) -> _Trajectory:
@@ -127,7 +129,7 @@ class SearchTool(BaseTool):
             if env.episode.done:
                 text, metrics = EPISODE_OVER, {"executed": False}
             else:
-                observation, _, _, _, info = await env.step_async(call_action("search", parameters))
+                observation, _, _, _, info = await env.step_async(call_action(SEARCH.name, parameters))
                 text = tool_result(env, observation, info)
                 metrics = {"executed": env.episode.turns[-1].searched, "query": info["query"]}
             trajectory.last_text = text
@@ -171,7 +173,7 @@ class SearchToolAgentLoop(ToolAgentLoop):
     """
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        tool = self.tools.get("search")
+        tool = self.tools.get(SEARCH.name)
         if not isinstance(tool, SearchTool):
             raise ValueError(
                 f"{AGENT_NAME} needs searchenv's SearchTool as the 'search' tool: set "
@@ -196,7 +198,7 @@ class SearchToolAgentLoop(ToolAgentLoop):
         self._trajectory.last_text = None
         response, reward, metrics = await super()._call_tool(tool_call, tools_kwargs, agent_data)
         sent = self._trajectory.last_text
-        if tool_call.name == "search" and sent is not None and response.text != sent:
+        if tool_call.name == SEARCH.name and sent is not None and response.text != sent:
             raise ValueError(
                 f"veRL cut a search result of {len(sent)} characters to actor_rollout_ref.rollout.multi_turn."
                 f"max_tool_response_length={self.max_tool_response_length}; raise it (searchenv caps results with "

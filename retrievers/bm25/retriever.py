@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from searchenv.checks import non_negative_int
 from searchenv.corpus import Corpus
 from searchenv.retrievers.index_store import IndexManifest, open_or_build
 from searchenv.types import Passage
@@ -81,39 +82,34 @@ def _package_version(name: str) -> str:
 
 
 def _native_spec() -> _EngineSpec:
+    from searchenv.retrievers.bm25 import native
+
     def build(job: _Build, directory: Path | None) -> _Engine | None:
         import tempfile
-
-        from searchenv.retrievers.bm25.native.build import DEFAULT_SEGMENT_DOCS, build_native_index
-        from searchenv.retrievers.bm25.native.search import NativeEngine
 
         scratch = None
         if directory is None:
             scratch = tempfile.TemporaryDirectory(prefix="searchenv-native-")
         target = Path(scratch.name) if scratch else directory
-        build_native_index(
+        native.build(
             job.corpus,
             target,
-            job.k1,
-            job.b,
-            workers=job.threads,
-            segment_docs=job.segment_docs or DEFAULT_SEGMENT_DOCS,
+            k1=job.k1,
+            b=job.b,
+            threads=job.threads,
+            segment_docs=job.segment_docs,
             show_progress=job.show_progress,
         )
-        return NativeEngine(target, job.threads, scratch=scratch) if scratch else None
+        return native.open(target, threads=job.threads, scratch=scratch) if scratch else None
 
     def load(job: _Build, directory: Path) -> _Engine:
-        from searchenv.retrievers.bm25.native.search import NativeEngine
-
-        engine = NativeEngine(directory, job.threads)
+        engine = native.open(directory, threads=job.threads)
         if engine.num_docs != len(job.corpus):
             raise ValueError(f"native index {directory} holds {engine.num_docs} passages, the corpus {len(job.corpus)}")
         return engine
 
     def version() -> str:
-        from searchenv.retrievers.bm25.native.index_format import FORMAT_VERSION
-
-        return FORMAT_VERSION
+        return native.FORMAT_VERSION
 
     return _EngineSpec(version, _scoring_params, build, load)
 
@@ -276,8 +272,7 @@ class BM25Retriever:
         """
         if isinstance(queries, str):
             raise TypeError("search() takes a sequence of queries; wrap a single query as [query]")
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-            raise ValueError(f"k must be a non-negative integer, got {k!r}")
+        k = non_negative_int(k, "k")
         results: list[list[Passage]] = [[] for _ in queries]
         asked = [i for i, q in enumerate(queries) if isinstance(q, str) and q.strip()]
         if k == 0 or not asked:
@@ -303,6 +298,13 @@ class BM25Retriever:
         for i, (positions, scores) in zip(asked, hits, strict=True):
             results[i] = [passage(p, s) for p, s in zip(positions.tolist(), scores.tolist(), strict=True)]
         return results
+
+    @property
+    def native_index(self) -> Path | None:
+        """The directory of the native index this retriever searches (its in-memory build's scratch directory when
+        no ``index_dir`` was given), for :func:`searchenv.retrievers.bm25.native.shard`; ``None`` for the other
+        engines."""
+        return Path(self._engine.directory) if self.engine_name == "native" else None  # type: ignore[attr-defined]
 
     def close(self) -> None:
         """Release what the engine holds: Lucene's index files (the retriever is unusable afterwards), the native

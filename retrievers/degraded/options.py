@@ -8,17 +8,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from searchenv.checks import integer, positive_int
+from searchenv.imports import moved
 from searchenv.retrievers.degraded.schedule import parse_schedule
 
-__all__ = ["WRAPPERS", "check_wrapper_options"]
+__all__ = ["check_wrapper_options"]
 
-#: wrapper name → the options it takes besides ``base`` and ``base_options``.
-WRAPPERS: dict[str, tuple[str, ...]] = {
-    "noisy": ("p", "seed"),
-    "empty": ("p", "seed"),
-    "shuffled": ("p", "seed"),
-    "distractor": ("p", "seed", "fetch", "answers"),
-}
+
+# WRAPPERS moved to searchenv.retrievers.WRAPPERS (read from the engine catalogue).
+__getattr__ = moved(__name__, {"WRAPPERS": "searchenv.retrievers:WRAPPERS"})
 
 
 def check_wrapper_options(name: str, options: Mapping[str, Any]) -> None:
@@ -27,12 +25,10 @@ def check_wrapper_options(name: str, options: Mapping[str, Any]) -> None:
         raise ValueError("retriever 'noisy' needs p, the probability of replacing each passage (e.g. 'p': 0.5)")
     if options.get("p") is not None:
         parse_schedule(options["p"], f"{name}: p")
-    seed = options.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"{name}: seed must be an integer, got {seed!r}")
-    fetch = options.get("fetch")
-    if fetch is not None and (isinstance(fetch, bool) or not isinstance(fetch, int) or fetch < 1):
-        raise ValueError(f"{name}: fetch must be a positive integer (passages asked of the base), got {fetch!r}")
+    if options.get("seed") is not None:
+        integer(options["seed"], f"{name}: seed")
+    if options.get("fetch") is not None:
+        positive_int(options["fetch"], f"{name}: fetch", fix="the passages asked of the base")
     answers = options.get("answers")
     if answers is not None and (
         isinstance(answers, str)

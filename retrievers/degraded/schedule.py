@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from searchenv.checks import non_negative_int, probability
+
 __all__ = ["FollowsTrainingStep", "Schedule", "parse_schedule", "query_rng"]
 
 
@@ -38,18 +40,12 @@ class Schedule:
         return v0 + (v1 - v0) * (step - s0) / (s1 - s0)
 
 
-def _probability(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
-    return float(value)
-
-
 def parse_schedule(value: Any, name: str = "p") -> Schedule:
     """A :class:`Schedule` from a number in [0, 1] or a list of ``(step, p)`` pairs; ``ValueError`` names the fix."""
     if isinstance(value, Schedule):
         return value
     if not isinstance(value, Sequence) or isinstance(value, str):
-        return Schedule((0,), (_probability(value, name),))
+        return Schedule((0,), (probability(value, name),))
     usage = f"{name} must be a number in [0, 1] or a list of (step, p) pairs such as [[0, 0.0], [100, 0.5]]"
     if not value:
         raise ValueError(f"{usage}; got an empty list")
@@ -59,12 +55,11 @@ def parse_schedule(value: Any, name: str = "p") -> Schedule:
         if isinstance(point, str) or not isinstance(point, Sequence) or len(point) != 2:
             raise ValueError(f"{usage}; got the point {point!r}")
         step, p = point
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"{usage}; a step must be a non-negative integer, got {step!r}")
+        non_negative_int(step, "a step", fix=usage)
         if steps and step <= steps[-1]:
             raise ValueError(f"{usage}; steps must increase strictly, got {step} after {steps[-1]}")
         steps.append(step)
-        values.append(_probability(p, f"{name} at step {step}"))
+        values.append(probability(p, f"{name} at step {step}"))
     return Schedule(tuple(steps), tuple(values))
 
 
@@ -92,6 +87,4 @@ class FollowsTrainingStep:
 
     def set_step(self, step: int) -> None:
         """Move the schedule to training step ``step``; a non-negative integer, else ``ValueError``."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"{self.name}.set_step takes a non-negative integer step, got {step!r}")
-        self._step = step
+        self._step = non_negative_int(step, f"{self.name}.set_step's step")

@@ -24,7 +24,7 @@ from searchenv.retrievers.degraded.options import check_wrapper_options
 from searchenv.retrievers.degraded.schedule import FollowsTrainingStep, Schedule, parse_schedule, query_rng
 from searchenv.retrievers.random_retriever import RandomRetriever
 from searchenv.reward_specs.metrics import answer_in_passages
-from searchenv.types import Passage, Retriever
+from searchenv.types import ComputesInProcess, Passage, Retriever, has_flag
 
 __all__ = ["DegradedRetriever", "DistractorRetriever", "EmptyRetriever", "NoisyRetriever", "ShuffledRetriever"]
 
@@ -51,7 +51,7 @@ class DegradedRetriever(FollowsTrainingStep):
     @property
     def compute_only(self) -> bool:
         """As the base engine's (see :class:`~searchenv.types.Retriever`): the wrapper adds only computation."""
-        return bool(getattr(self.base, "compute_only", False))
+        return has_flag(self.base, ComputesInProcess)
 
     @property
     def p(self) -> float:

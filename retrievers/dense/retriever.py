@@ -12,9 +12,10 @@ Where the index comes from, in order of preference:
    corpus and its dimension against the encoder *before* it is loaded; ``mmap=True`` searches a flat file from
    disk without loading it. ``hnsw_retriever`` / ``ivfpq_retriever`` given a *flat* file build from its vectors.
 2. ``index_dir=`` — a directory of your choice: passage vectors are embedded there in resumable shards
-   (:mod:`.embedding_cache`), graphs and codes are built once and saved with a ``.json`` record of
-   encoder recipe, dimension, corpus checksum, index type and parameters; reopening it with another encoder
-   or corpus raises :class:`~searchenv.retrievers.dense.embedding_cache.IndexMismatchError`.
+   (:mod:`.embedding_cache`), graphs and codes are built once and saved beside a manifest (the index
+   store's one :class:`~searchenv.retrievers.index_store.IndexManifest`: index type and parameters, metric,
+   encoder recipe, dimension, corpus checksum); reopening it with another encoder or corpus raises
+   :class:`~searchenv.retrievers.index_store.IndexMismatchError`.
 3. neither — the same, in an automatic cache directory keyed by (corpus checksum, encoder recipe) under
    ``cache_dir`` (default ``$SEARCHENV_CACHE_DIR/dense`` or ``~/.cache/searchenv/dense``): a second
    ``gym.make`` over the same corpus and encoder embeds nothing. ``cache=False`` keeps everything in memory.
@@ -32,6 +33,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,6 @@ from searchenv.cache import cache_root
 from searchenv.corpus import Corpus
 from searchenv.retrievers.dense.embedding_cache import (
     ShardedVectors,
-    check_same,
     embed_corpus,
     encode_corpus,
     encoder_key,
@@ -59,7 +60,7 @@ from searchenv.retrievers.dense.faiss_index import (
     to_gpu,
     write_index,
 )
-from searchenv.retrievers.index_store import write_json_atomic
+from searchenv.retrievers.index_store import IndexManifest, compare_manifests
 from searchenv.types import Passage
 
 __all__ = ["DenseRetriever", "exact_retriever", "hnsw_retriever", "ivfpq_retriever"]
@@ -356,15 +357,35 @@ def _prebuilt_cache_name(path: Path, corpus: Corpus) -> str:
     return f"{path.stem}-{len(corpus)}-{tag}"
 
 
-def _record(kind: IndexKind, params: dict[str, int], corpus: Corpus, encoder: Any, dim: int) -> dict[str, Any]:
+#: The layout version of a dense index's manifest (the faiss file is faiss's own format).
+_MANIFEST_VERSION = "1"
+
+
+def _record(kind: IndexKind, params: dict[str, int], corpus: Corpus, encoder: Any, dim: int) -> IndexManifest:
+    """The manifest of a graph or code file: the index store's one manifest (:class:`IndexManifest`), with the
+    parameters, metric, encoder recipe and dimension baked into the file."""
+    return IndexManifest(
+        engine=f"faiss-{kind}",
+        engine_version=_MANIFEST_VERSION,
+        corpus_checksum=corpus.checksum,
+        corpus_size=len(corpus),
+        params={**params, "metric": "inner_product", "encoder": encoder, "dim": dim},
+        corpus_source=corpus.source,
+    )
+
+
+def _older_record(data: dict[str, Any]) -> dict[str, Any]:
+    """A record written before dense indexes used the one manifest (``index_type``, ``params``, ``metric``, ...),
+    read as a manifest, so an index built then is reused, not rebuilt."""
+    if "engine" in data:
+        return data
+    extra = {key: data[key] for key in ("metric", "encoder", "dim")}
     return {
-        "index_type": kind,
-        "params": params,
-        "metric": "inner_product",
-        "encoder": encoder,
-        "dim": dim,
-        "corpus_checksum": corpus.checksum,
-        "corpus_size": len(corpus),
+        "engine": f"faiss-{data['index_type']}",
+        "engine_version": _MANIFEST_VERSION,
+        "corpus_checksum": data["corpus_checksum"],
+        "corpus_size": data["corpus_size"],
+        "params": {**data["params"], **extra},
     }
 
 
@@ -375,7 +396,7 @@ def _index_from_blocks(
     count: int,
     dim: int,
     directory: Path | None,
-    record: dict[str, Any] | None,
+    record: IndexManifest | None,
     progress: bool,
 ) -> Any:
     """An index over row blocks: flat (cheap, never saved), or HNSW / IVF-PQ loaded from ``directory`` if built."""
@@ -399,7 +420,7 @@ def _index_from_blocks(
 
         write_fp16_vectors(blocks(), directory / "vectors-fp16.npy", count=count, dim=dim, progress=progress)
     write_index(index, directory / f"{stem}.faiss")
-    write_json_atomic(directory / f"{stem}.json", record)
+    record.write(directory / f"{stem}.json")
     return index if kind == "hnsw" else _attach_fp16(index, directory)
 
 
@@ -410,15 +431,15 @@ def _file_stem(kind: IndexKind, params: dict[str, int]) -> str:
     return "-".join([kind] + [f"{short.get(k, k)}{v}" for k, v in params.items()])
 
 
-def _load_built(directory: Path, stem: str, record: dict[str, Any]) -> Any | None:
+def _load_built(directory: Path, stem: str, record: IndexManifest) -> Any | None:
     index_file, record_file = directory / f"{stem}.faiss", directory / f"{stem}.json"
     if not (index_file.exists() and record_file.exists()):
         return None
-    stored = json.loads(record_file.read_text())
-    for key in ("corpus_checksum", "corpus_size", "encoder", "dim", "index_type", "metric", "params"):
-        if key == "encoder" and record[key] is None:  # derived from a prebuilt file: its vectors, no encoder
-            continue
-        check_same(key.replace("_", " "), directory, stored.get(key), record[key])
+    stored = IndexManifest.read_file(record_file, convert=_older_record)
+    if record.params.get("encoder") is None:  # derived from a prebuilt file: its vectors, whatever encoder made them
+        stored = replace(stored, params={**stored.params, "encoder": None})
+    rebuild = f"Use another index_dir, or delete {index_file} and {record_file} to rebuild it."
+    compare_manifests(stored, record, index_file, rebuild)
     return read_index(index_file)
 
 

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from searchenv.checks import positive_int
 from searchenv.retrievers.http.retry import (
     AttemptFailed,
     Retrier,
@@ -268,8 +269,7 @@ class RemoteRetriever:
     def _prepare(self, queries: Sequence[str], k: int) -> tuple[list[str], dict[str, Any]]:
         if isinstance(queries, str):
             raise TypeError("search() takes a sequence of queries; wrap a single query in a list")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
+        k = positive_int(k, "k")
         queries = [str(q) for q in queries]
         return queries, request_payload(queries, k, self.topk_field)
 

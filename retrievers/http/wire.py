@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from searchenv.checks import is_int, is_number
 from searchenv.types import Passage, split_contents
 
 __all__ = [
@@ -90,7 +91,7 @@ def _hit(item: Any) -> tuple[Passage, bool]:
         contents = f"{title}\n{text}"
     else:
         raise WireError(502, "bad_document", "a document needs 'contents' (or 'title' and 'text') as strings")
-    if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+    if score is not None and not is_number(score):
         raise WireError(502, "bad_score", f"a hit's 'score' must be a number, got {score!r:.60}")
     passage_id = document.get("id")
     derived = passage_id is None or passage_id == ""
@@ -156,7 +157,7 @@ def parse_request(body: bytes, limits: Limits) -> tuple[list[str], int, bool]:
     if len(given) > 1 and len({json.dumps(payload[key]) for key in given}) > 1:
         raise WireError(422, "conflicting_topk", f"{' and '.join(given)} disagree; send one of them")
     k = payload[given[0]] if given else limits.default_topk
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= limits.max_topk:
+    if not is_int(k) or not 1 <= k <= limits.max_topk:
         raise WireError(422, "invalid_topk", f"topk must be an integer in [1, {limits.max_topk}], got {k!r}")
     scores = payload.get("return_scores", False)
     if not isinstance(scores, bool):

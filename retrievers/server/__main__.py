@@ -1,7 +1,7 @@
-"""``python -m searchenv.retrievers.server``: the same as ``searchenv serve``."""
+"""``python -m searchenv.retrievers.server``: the same as ``searchenv serve`` (:mod:`searchenv.cli.serve`)."""
 
 import sys
 
-from searchenv.retrievers.server.command import main
+from searchenv.cli.serve import main
 
 sys.exit(main())

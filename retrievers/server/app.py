@@ -34,7 +34,7 @@ from searchenv.retrievers.http.remote import TOKEN_ENV
 from searchenv.retrievers.http.retry import RetrievalUnavailable
 from searchenv.retrievers.http.wire import Limits, WireError, encode_response, parse_request
 from searchenv.retrievers.server.answer_cache import QueryCache
-from searchenv.types import Passage, Retriever
+from searchenv.types import ComputesInProcess, Passage, Retriever, has_flag
 
 if TYPE_CHECKING:  # fastapi is imported by create_app only, so `searchenv --help` works without the server extra
     from fastapi import FastAPI
@@ -181,7 +181,7 @@ class _State:
     def _ready(self, retriever: Retriever) -> None:
         corpus = getattr(retriever, "corpus", None)
         self.corpus_size = len(corpus) if corpus is not None else None
-        if getattr(retriever, "compute_only", False):
+        if has_flag(retriever, ComputesInProcess):
             # One search before the server says it is ready: the native engine's numba kernels compile on their
             # first call (about 10 s with a cold cache), which would otherwise time out the first client.
             retriever.search(["searchenv warm-up"], 1)

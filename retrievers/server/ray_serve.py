@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from searchenv.corpus import Corpus
+from searchenv.retrievers.bm25 import native
 from searchenv.retrievers.server.app import ServerConfig, build_retriever, create_app
 from searchenv.types import Passage
 
@@ -58,30 +59,19 @@ class IndexShard:
     """
 
     def __init__(self, config: ServerConfig, lo: int, hi: int):
-        import tempfile
-
-        from searchenv.retrievers.bm25.native.build import build_native_index
-        from searchenv.retrievers.bm25.native.index_format import CollectionStats
-        from searchenv.retrievers.bm25.native.search import NativeEngine
         from searchenv.retrievers.bm25.retriever import BM25Retriever
 
         full = build_retriever(config)
-        if not isinstance(full, BM25Retriever) or full.engine_name != "native":
+        if not isinstance(full, BM25Retriever) or full.native_index is None:
             raise ValueError(
                 f"sharding needs the native BM25 engine (retriever='bm25'), got {config.retriever!r} "
                 f"{config.options}; replicate other engines with build_application instead"
             )
-        whole = full._engine  # noqa: SLF001 - the shard reads the whole index's statistics once
-        stats = CollectionStats.of_index(whole.directory)
         corpus = full.corpus
         self.lo, self.hi = lo, hi
         self.corpus = Corpus(corpus.ids[lo:hi], corpus.titles[lo:hi], corpus.texts[lo:hi], source=corpus.source)
-        scratch = tempfile.TemporaryDirectory(prefix="searchenv-shard-")
         texts = (corpus.search_text(i) for i in range(lo, hi))
-        build_native_index(
-            texts, scratch.name, whole.k1, whole.b, num_docs=hi - lo, show_progress=False, collection=stats
-        )
-        self._engine = NativeEngine(scratch.name, whole.threads, scratch=scratch)
+        self._engine = native.shard(full.native_index, texts, hi - lo, threads=full.threads)
         full.close()
 
     def search(self, queries: Sequence[str], k: int) -> list[list[ShardHit]]:
@@ -90,7 +80,7 @@ class IndexShard:
         asked = [i for i, q in enumerate(queries) if q.strip()]
         if not asked:
             return results
-        hits = self._engine.search([queries[i] for i in asked], min(k, len(self.corpus)))
+        hits = native.search(self._engine, [queries[i] for i in asked], min(k, len(self.corpus)))
         for i, (positions, scores) in zip(asked, hits, strict=True):
             results[i] = [
                 (float(s), self.lo + int(p), self.corpus.passage(int(p), float(s)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from searchenv.checks import choice, integer, number
 from searchenv.retrievers.degraded.schedule import parse_schedule
 
 __all__ = ["SIMULATED_OPTIONS", "check_simulated_options"]
@@ -35,11 +36,9 @@ def check_simulated_options(options: Mapping[str, Any]) -> None:
     if options.get("p_noisy") is not None:
         parse_schedule(options["p_noisy"], "simulated: p_noisy")
     for key, low in (("words", 1), ("concurrency", 1), ("retries", 0)):
-        value = options.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
-            raise ValueError(f"simulated: {key} must be an integer >= {low}, got {value!r}")
-    temperature = options.get("temperature")
-    if temperature is not None and (isinstance(temperature, bool) or not 0 <= temperature <= 2):
-        raise ValueError(f"simulated: temperature must be in [0, 2] (0 = greedy, reproducible), got {temperature!r}")
-    if options.get("mode") not in (None, "chat", "completions"):
-        raise ValueError(f"simulated: mode must be 'chat' or 'completions', got {options['mode']!r}")
+        if options.get(key) is not None:
+            integer(options[key], f"simulated: {key}", low)
+    if options.get("temperature") is not None:
+        number(options["temperature"], "simulated: temperature", 0, 2, fix="0 = greedy, reproducible")
+    if options.get("mode") is not None:
+        choice(options["mode"], "simulated: mode", ("chat", "completions"))

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
+from searchenv.checks import positive_int
 from searchenv.corpus import Corpus
 from searchenv.retrievers.http.retry import (
     AttemptFailed,
@@ -185,8 +186,7 @@ class WebSearchRetriever:
         """The top-``k`` web results per query; blank queries get ``[]`` without a request."""
         if isinstance(queries, str):
             raise TypeError("search() takes a sequence of queries; wrap a single query in a list")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
+        positive_int(k, "k")
         queries = [str(q) for q in queries]
         asked = [i for i, q in enumerate(queries) if q.strip()]
         results: list[list[Passage]] = [[] for _ in queries]

@@ -9,8 +9,9 @@ import argparse
 import json
 from typing import Any
 
-from searchenv.cli.arguments import add_dataset_arguments, key_value, merge_options, positive_int
+from searchenv.cli.options import add_dataset_arguments, add_retriever_arguments, retriever_options
 from searchenv.cli.parsers import HelpFormatter
+from searchenv.cli.values import key_value, merge_options, positive_int
 from searchenv.env.defaults import env_default
 
 __all__ = ["add_parser", "run_audit"]
@@ -27,8 +28,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     audit.add_argument("spec", help="a reward spec name ('em', 'cem', 'format', …) or a .yaml/.json spec file")
     add_dataset_arguments(audit)
-    audit.add_argument("--corpus", default=None, help="passage jsonl (not needed for 'world')")
-    audit.add_argument("--retriever", default="bm25", help="search engine the policies query")
     audit.add_argument("--limit", type=positive_int, default=50, help="questions each policy plays")
     audit.add_argument(
         "--max-turns", type=positive_int, default=env_default("max_turns"), help="action budget per episode"
@@ -51,6 +50,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="JSON overrides of the spec's parameters, e.g. '{\"lambda_f\": 0.4}' (merged with --reward-option)",
     )
+    add_retriever_arguments(audit, title="retriever the policies search")
     audit.set_defaults(handler=run_audit)
     return audit
 
@@ -67,6 +67,7 @@ def run_audit(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         corpus=args.corpus,
         retriever=args.retriever,
+        retriever_options=retriever_options(args),
         limit=args.limit,
         max_turns=args.max_turns,
         protocol=args.protocol,

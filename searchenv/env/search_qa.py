@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
+from searchenv.checks import choice, integer, non_negative_int, positive_int
 from searchenv.components import env_components
 from searchenv.corpus import Corpus
 from searchenv.data.datasets import DEFAULT_SPLIT, example_from_row
@@ -34,7 +35,7 @@ from searchenv.episode.episode import EndReason, Episode
 from searchenv.episode.rollout import RewardResult, Rollout
 from searchenv.episode.turns import Facts
 from searchenv.protocol import Protocol
-from searchenv.types import QAExample, Retriever
+from searchenv.types import QAExample, Retriever, TakesTrainingStep
 
 __all__ = ["SearchQAEnv"]
 
@@ -59,7 +60,7 @@ class SearchQAEnv(gym.Env[str, str]):
     search or answer tag (``stop_strings`` in the reset info), or up to the end of the sequence. It is read as
 
     - *search*: a complete search call; its query (cut at ``max_query_chars``) is run while the budget allows;
-    - *open* (protocols that have it: ``asearcher``'s ``<access> N </access>``, the ``open_page`` tool of
+    - *open* (protocols that have it: ``asearcher``'s ``<access> N </access>``, the ``open`` tool of
       ``tool-call-open``): result N of the latest search (or a URL / id) is opened and its document shown, cut at
       ``max_page_words``; it counts against the budget like a search (``info["open_error"]`` when it fails);
     - *answer*: a complete answer; it ends the episode;
@@ -212,20 +213,13 @@ class SearchQAEnv(gym.Env[str, str]):
         data_dir: str | os.PathLike[str] | None = None,
         render_mode: str | None = None,
     ):
-        if not isinstance(topk, int) or topk < 1:
-            raise ValueError(f"topk must be a positive integer, got {topk!r}")
-        if not isinstance(max_turns, int) or max_turns < 1:
-            raise ValueError(f"max_turns (the action budget B) must be a positive integer, got {max_turns!r}")
-        if budget not in _BUDGETS:
-            raise ValueError(f"budget must be one of {_BUDGETS}, got {budget!r}")
-        if on_retrieval_error not in ("observe", "raise"):
-            raise ValueError(f"on_retrieval_error must be 'observe' or 'raise', got {on_retrieval_error!r}")
-        if max_page_words is not None and (
-            isinstance(max_page_words, bool) or not isinstance(max_page_words, int) or max_page_words < 0
-        ):
-            raise ValueError(f"max_page_words must be an integer >= 0 or None, got {max_page_words!r}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
+        positive_int(topk, "topk")
+        positive_int(max_turns, "max_turns (the action budget B)")
+        choice(budget, "budget", _BUDGETS)
+        choice(on_retrieval_error, "on_retrieval_error", ("observe", "raise"))
+        if max_page_words is not None:
+            non_negative_int(max_page_words, "max_page_words", fix="or None for no cap")
+        choice(render_mode, "render_mode", [*self.metadata["render_modes"], None])
         parts = env_components(dataset, split, corpus, retriever, reward, protocol, retriever_options, data_dir)
         # A custom hint becomes part of the protocol, so the text path recognises it as the environment's text.
         self.protocol = parts.protocol if invalid_hint is None else replace(parts.protocol, invalid_hint=invalid_hint)
@@ -289,9 +283,7 @@ class SearchQAEnv(gym.Env[str, str]):
             if not isinstance(example, QAExample):
                 example = example_from_row(example)
         elif "index" in options:
-            index = options["index"]
-            if not isinstance(index, int) or not 0 <= index < len(self.examples):
-                raise ValueError(f"options['index'] must be an int in [0, {len(self.examples)}), got {index!r}")
+            index = integer(options["index"], "options['index']", 0, len(self.examples) - 1)
             example = self.examples[index]
         else:
             example = self.examples[int(self.np_random.integers(len(self.examples)))]
@@ -403,9 +395,8 @@ class SearchQAEnv(gym.Env[str, str]):
         search calls, so that a curriculum does not depend on the batch size; parts without a schedule ignore it.
         Our trainers call it before each rollout."""
         for part in (self.retriever, self.reward_spec):
-            set_step = getattr(part, "set_step", None)
-            if callable(set_step):
-                set_step(step)
+            if isinstance(part, TakesTrainingStep):
+                part.set_step(step)
 
     def truncate(self, reason: EndReason = "trainer_cut") -> StepResult:
         """End the running episode as truncated and score it.

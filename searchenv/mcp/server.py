@@ -7,9 +7,10 @@ choice the operator makes with ``--host``).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from searchenv.mcp.tools import SearchTools
+from searchenv.protocol.tools import OPEN, SEARCH, ToolArgument
 
 __all__ = ["TRANSPORTS", "build_server", "run_server"]
 
@@ -27,15 +28,29 @@ def _sdk() -> tuple[Any, type[Exception]]:
     return MCPServer, ToolError
 
 
+def _annotation(argument: ToolArgument, bounds: tuple[int, int] | None = None) -> Any:
+    """An argument of the vocabulary as the SDK reads a parameter: its type, description and bounds, strict (a
+    JSON ``true`` is no integer, a number no string)."""
+    from pydantic import Field
+
+    kind = {"string": str, "integer": int}[argument.type]
+    low, high = bounds or (None, None)
+    return Annotated[kind, Field(description=argument.description, strict=True, ge=low, le=high)]
+
+
 def build_server(tools: SearchTools, name: str = "searchenv") -> Any:
-    """An ``MCPServer`` whose tools are ``search(query, k)`` and ``open(ref)``.
+    """An ``MCPServer`` whose tools are ``search(query, k)`` and ``open(ref)``, named, described and bounded by the
+    one tool vocabulary (:mod:`searchenv.protocol.tools`); it reports searchenv's version.
 
     A failed call (a bad argument, an engine or page that fails) is the SDK's ``ToolError``: the client gets an
     ``isError`` result that says what went wrong, instead of the SDK's generic "Error executing tool".
     """
+    from searchenv import __version__
+
     server_class, tool_error = _sdk()
     server = server_class(
         name,
+        version=__version__,
         instructions=(
             "search finds passages or pages for a query (results carry an id or URL); open returns the whole "
             "document of one result, given that id or URL."
@@ -43,21 +58,25 @@ def build_server(tools: SearchTools, name: str = "searchenv") -> Any:
     )
 
     async def search(query: str, k: int = tools.topk) -> dict[str, Any]:
-        """Search the engine: the top k results for the query, best first (rank, id, title, text, score)."""
         try:
             return await tools.search(query, k)
         except Exception as exc:
             raise tool_error(f"{type(exc).__name__}: {exc}") from exc
 
     async def open(ref: str) -> dict[str, Any]:  # noqa: A001 - the tool's name, as clients call it
-        """Open one search result whole: give the id or URL a search returned; returns its title and text."""
         try:
             return await tools.open(ref)
         except Exception as exc:
             raise tool_error(f"{type(exc).__name__}: {exc}") from exc
 
-    server.add_tool(search, name="search")
-    server.add_tool(open, name="open")
+    search.__annotations__ = {
+        "query": _annotation(SEARCH.argument("query")),
+        "k": _annotation(SEARCH.argument("k"), (1, tools.max_k)),
+        "return": dict[str, Any],
+    }
+    open.__annotations__ = {"ref": _annotation(OPEN.argument("ref")), "return": dict[str, Any]}
+    server.add_tool(search, name=SEARCH.name, description=SEARCH.description)
+    server.add_tool(open, name=OPEN.name, description=OPEN.description)
     return server
 
 

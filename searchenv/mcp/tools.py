@@ -1,4 +1,5 @@
-"""The MCP server's two tools, ``search`` and ``open``, over one retriever and its document opener.
+"""The MCP server's two tools, ``search`` and ``open`` (:mod:`searchenv.protocol.tools` names and describes them),
+over one retriever and its document opener.
 
 They go through the step rules' own calls (:func:`~searchenv.env.step_rules.arun_search`,
 :func:`~searchenv.env.step_rules.arun_open`), so an engine's answer is checked against the same contract as in an
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from searchenv.checks import integer
 from searchenv.env.step_rules import arun_open, arun_search, clip_words
 from searchenv.types import Document, DocumentOpener, Retriever
 
@@ -38,11 +40,9 @@ class SearchTools:
 
     async def search(self, query: str, k: int | None = None) -> dict[str, Any]:
         """The top ``k`` results for ``query``, best first: rank, id, title, text and score of each."""
-        if not query.strip():
+        if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
-        k = self.topk if k is None else k
-        if not 1 <= k <= self.max_k:
-            raise ValueError(f"k must be between 1 and {self.max_k}, got {k}")
+        k = integer(self.topk if k is None else k, "k", 1, self.max_k)  # k=True is refused, not taken as 1
         (found,) = await arun_search(self.retriever, [query], k, raise_errors=True)
         passages = found if isinstance(found, list) else []
         results = [
@@ -52,12 +52,12 @@ class SearchTools:
         return {"query": query, "results": results}
 
     async def open(self, ref: str) -> dict[str, Any]:
-        """The document of a result: its ``ref`` (the id or URL a search returned), title and text, cut to
-        ``max_page_words`` (``clipped`` says whether it was)."""
-        if not ref.strip():
+        """The document of a result: the ``ref`` asked for (the id or URL a search returned), its title and text,
+        cut to ``max_page_words`` (``clipped`` says whether it was)."""
+        if not isinstance(ref, str) or not ref.strip():
             raise ValueError("ref must be the id or URL of a search result")
         (found,) = await arun_open(self.opener, [ref.strip()], raise_errors=True)
         if not isinstance(found, Document):  # this reference's own failure (a failed call has raised already)
             raise LookupError(f"could not open {ref[:200]!r}: {found}")
         text, clipped = clip_words(found.text, self.max_page_words)
-        return {"ref": found.ref, "title": found.title, "text": text, "clipped": clipped}
+        return {"ref": ref.strip(), "title": found.title, "text": text, "clipped": clipped}

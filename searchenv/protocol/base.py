@@ -19,13 +19,15 @@ from functools import cached_property
 from typing import Literal
 
 from searchenv.protocol.scan import TagScanner
+from searchenv.protocol.tools import OPEN, tool_named
 from searchenv.types import Document, Passage
 
 __all__ = ["OPEN_TOOL_NAME", "ActionKind", "AnswerMode", "ParsedAction", "Protocol"]
 
 ActionKind = Literal["search", "open", "answer", "invalid"]
-#: The name of the tool that opens a result in tool-call protocols (the tag protocols' ``<access>``).
-OPEN_TOOL_NAME = "open_page"
+#: The name of the tool that opens a result in tool-call protocols (the tag protocols' ``<access>``); it was
+#: ``"open_page"``, which readers still accept (:data:`searchenv.protocol.tools.OPEN`).
+OPEN_TOOL_NAME = OPEN.name
 PassageLayout = Literal["search-r1", "clean"]
 ActionFormat = Literal["tags", "tool-call"]
 AnswerMode = Literal["tag", "message", "tool"]
@@ -94,7 +96,7 @@ class Protocol:
             (a message without a tool call) or ``"tool"`` (a call of the ``answer`` tool).
         tools_json: the JSON schemas of the tools the prompt declares (tool-call protocols), one string each.
         open_tags: the tag pair that opens a result whole (ASearcher's ``<access>``), or ``None`` when the tag
-            protocol has no open action. Tool-call protocols open with the ``open_page`` tool instead
+            protocol has no open action. Tool-call protocols open with the ``open`` tool instead
             (:attr:`opens` says whether a protocol can open at all).
         page_template: how an opened document is written inside the information block (ASearcher shows pages
             in the same ``<information>`` block as search results); fields ``title``, ``text``, ``ref``.
@@ -209,10 +211,12 @@ class Protocol:
 
     @cached_property
     def opens(self) -> bool:
-        """Whether the protocol has an open action: ``open_tags``, or the ``open_page`` tool among its tools."""
+        """Whether the protocol has an open action: ``open_tags``, or the ``open`` tool (or its old name
+        ``open_page``) among its tools."""
         if self.open_tags is not None:
             return True
-        return any(json.loads(tool).get("function", {}).get("name") == OPEN_TOOL_NAME for tool in self.tools_json)
+        names = (json.loads(tool).get("function", {}).get("name") for tool in self.tools_json)
+        return any(tool_named(name) is OPEN for name in names if isinstance(name, str))
 
     def prompt(self, question: str) -> str:
         return self.prompt_template.format(question=self.neutralise(question))

@@ -26,7 +26,9 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from searchenv.protocol.base import OPEN_TOOL_NAME, ActionKind, AnswerMode, Protocol
+from searchenv.checks import is_int
+from searchenv.protocol.base import ActionKind, AnswerMode, Protocol
+from searchenv.protocol.tools import ANSWER, OPEN, SEARCH, tool_named
 
 if TYPE_CHECKING:
     from searchenv.episode.episode import Episode
@@ -43,48 +45,11 @@ __all__ = [
     "tools_of",
 ]
 
-SEARCH_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "search",
-        "description": "Search Wikipedia and return the most relevant passages.",
-        "parameters": {
-            "type": "object",
-            "properties": {"query": {"type": "string", "description": "what to look up"}},
-            "required": ["query"],
-        },
-    },
-}
-ANSWER_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "answer",
-        "description": "Give the final answer to the question. Ends the episode.",
-        "parameters": {
-            "type": "object",
-            "properties": {"answer": {"type": "string", "description": "the final answer, as short as possible"}},
-            "required": ["answer"],
-        },
-    },
-}
-
-OPEN_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": OPEN_TOOL_NAME,
-        "description": "Open one search result whole and read its document.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "ref": {
-                    "type": "string",
-                    "description": "the number of a result of your latest search (1 is the first), or its URL or id",
-                }
-            },
-            "required": ["ref"],
-        },
-    },
-}
+#: The tool schemas the protocols declare, read from the one tool vocabulary (:mod:`searchenv.protocol.tools`);
+#: in an episode the environment's ``topk`` sets how many results a search returns, so ``search`` has no ``k``.
+SEARCH_TOOL: dict[str, Any] = SEARCH.schema(without=("k",))
+ANSWER_TOOL: dict[str, Any] = ANSWER.schema()
+OPEN_TOOL: dict[str, Any] = OPEN.schema()
 
 _CALL_TAGS = ("<tool_call>", "</tool_call>")
 _RESPONSE_TAGS = ("<tool_response>", "</tool_response>")
@@ -137,15 +102,15 @@ def tool_call_protocol(
     """A protocol whose searches are native tool calls, framed as ``tokenizer``'s chat template frames them.
 
     Without a tokenizer the framing is ChatML/Hermes (Qwen2.5, SmolLM2). ``answer`` picks how the answer is
-    given (see the module docstring). ``open_page=True`` adds the ``open_page`` tool, which opens a result of
-    the latest search whole (the tag protocols' ``<access>``).
+    given (see the module docstring). ``open_page=True`` adds the ``open`` tool, which opens a result of the latest
+    search whole (the tag protocols' ``<access>``).
     """
     if answer not in _PROMPTS:
         raise ValueError(f"answer must be one of {sorted(_PROMPTS)}, got {answer!r}")
     prefix, suffix = _tool_turn(tokenizer)
     tools = [SEARCH_TOOL, *([OPEN_TOOL] if open_page else []), *([ANSWER_TOOL] if answer == "tool" else [])]
     reading = (
-        f"To read a result whole, call the {OPEN_TOOL_NAME} tool with its number; the document comes back in a "
+        f"To read a result whole, call the {OPEN.name} tool with its number; the document comes back in a "
         "tool message. "
         if open_page
         else ""
@@ -178,8 +143,8 @@ def tool_call_protocol(
 def read_call(body: str, answer_mode: AnswerMode, opens: bool = False) -> tuple[ActionKind, str | None, str | None]:
     """What one tool call's JSON asks: (kind, content, reason when invalid). Never raises.
 
-    ``opens``: the protocol declares the ``open_page`` tool, whose ``ref`` (a result's number, a URL or an id;
-    a JSON number is read as its digits) is the content of an ``open`` action.
+    ``opens``: the protocol declares the ``open`` tool (``open_page`` is read as its old name), whose ``ref`` (a
+    result's number, a URL or an id; a JSON number is read as its digits) is the content of an ``open`` action.
     """
     try:
         call = json.loads(body)
@@ -195,20 +160,20 @@ def read_call(body: str, answer_mode: AnswerMode, opens: bool = False) -> tuple[
             return "invalid", None, "the tool call's arguments are not valid JSON"
     if not isinstance(arguments, Mapping):
         return "invalid", None, "the tool call's arguments must be a JSON object"
-    name = call["name"]
-    if name == "search":
+    name, tool = call["name"], tool_named(call["name"])
+    if tool is SEARCH:
         query = arguments.get("query")
         if not isinstance(query, str) or not query.strip():
             return "invalid", None, 'the search tool needs a non-empty string "query"'
         return "search", query.strip(), None
-    if name == OPEN_TOOL_NAME and opens:
+    if tool is OPEN and opens:
         ref = arguments.get("ref")
-        if isinstance(ref, int) and not isinstance(ref, bool):
+        if is_int(ref):
             ref = str(ref)
         if not isinstance(ref, str) or not ref.strip():
-            return "invalid", None, f'the {OPEN_TOOL_NAME} tool needs a "ref": a result number, a URL or an id'
+            return "invalid", None, f'the {OPEN.name} tool needs a "ref": a result number, a URL or an id'
         return "open", ref.strip(), None
-    if name == "answer" and answer_mode == "tool":
+    if tool is ANSWER and answer_mode == "tool":
         value = arguments.get("answer")
         if not isinstance(value, str):
             return "invalid", None, 'the answer tool needs a string "answer"'
@@ -248,7 +213,7 @@ def chat_messages(episode: Episode) -> list[dict[str, Any]]:
     for turn in episode.turns:
         action = turn.action
         message: dict[str, Any] = {"role": "assistant", "content": action.kept}
-        tool = {"search": "search", "open": OPEN_TOOL_NAME}.get(action.kind)
+        tool = {"search": SEARCH.name, "open": OPEN.name}.get(action.kind)
         if tool is not None:
             call = protocol.scanner.read(action.kept).first_block()
             message["content"] = action.kept[: call.start if call is not None else 0].strip()

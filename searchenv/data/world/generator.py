@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from searchenv.checks import integer
 from searchenv.corpus import Corpus, corpus_line
 from searchenv.data.world import vocab
 from searchenv.data.world.facts import ENTITY_KINDS, Facts, build_facts
@@ -106,11 +107,7 @@ def _check_int(name: str, value: object, minimum: int, maximum: int, fix: str) -
 
     Wrong types raise ValueError too, so callers (the CLI, the env factory) handle one exception class.
     """
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__}); {fix}")  # noqa: TRY004
-    if not minimum <= value <= maximum:
-        raise ValueError(f"{name} must be between {minimum:,} and {maximum:,}, got {value:,}; {fix}")
-    return int(value)
+    return integer(value, name, minimum, maximum, fix=fix)
 
 
 def _check_sizes(num_passages: object, seed: object, num_questions: object) -> tuple[int, int, int]:
