@@ -19,6 +19,7 @@ LIBRARY = [REPO / "searchenv", REPO / "retrievers", REPO / "reward_specs", REPO 
 # loops), and the `python -m` addresses that only hand over to the command line.
 COMMAND_MODULES = {
     "adapters/ppo/train.py",
+    "adapters/sft/train.py",
     "adapters/trl/train.py",
     "adapters/verl_data.py",
     "retrievers/server/__main__.py",

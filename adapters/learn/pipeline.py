@@ -1,4 +1,4 @@
-"""``searchenv learn``: the whole learning run from one seed — warm start, reinforcement learning, a control,
+"""The whole learning run from one seed — warm start, reinforcement learning, a control,
 held-out evaluation, the evidence table and its plots — on a 2-core CPU in about an hour.
 
 The stages, each a ``searchenv`` command run as a child process (its output goes to ``OUTPUT/logs/``; a stage
@@ -17,29 +17,24 @@ whose result exists is skipped, so an interrupted run resumes where it stopped):
 5. ``evidence``: ``per_question.csv`` (one row per policy × mode × question), ``summary.md`` (paired bootstrap
    intervals, EM by hop count), ``training.png`` and ``hops.png``.
 
-``--dry-run`` prints the commands instead of running them; ``--tiny`` shrinks every stage to seconds (the test
-suite runs it).
+``dry_run`` prints the commands instead of running them; ``tiny`` shrinks every stage to seconds (the test suite
+runs it). The command is ``searchenv learn`` (:mod:`searchenv.cli.learn`).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchenv.adapters.sft.train import LEARN_ENV, SFT_RECIPE
-from searchenv.cli.parsers import CommandParser
+from searchenv.adapters.sft.recipe import LEARN_ENV, SFT_RECIPE
 
-__all__ = ["EVAL_SETTINGS", "RL_RECIPE", "Stage", "add_parser", "plan", "run"]
-
-_DESCRIPTION = __doc__.split("\n")[0]
+__all__ = ["EVAL_SETTINGS", "RL_RECIPE", "Stage", "plan", "run", "write_evidence"]
 
 #: The reinforcement-learning stage (``searchenv train-ppo`` options) from the warm start: GRPO with groups of 8
 #: (smaller groups of a warm-started policy are mostly all right or all wrong), groups whose rewards are all equal
@@ -272,10 +267,10 @@ def write_evidence(output: Path) -> None:
     print(f"[learn] evidence: {output / 'per_question.csv'} ({len(rows)} rows), {output / 'summary.md'}", flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
-    output = Path(args.output)
-    stages = plan(output, args.seed, tiny=args.tiny, threads=args.threads)
-    if args.dry_run:
+def run(output: Path, seed: int = 0, *, threads: int = 1, tiny: bool = False, dry_run: bool = False) -> int:
+    """Run (or with ``dry_run`` print) every stage not done yet, then write the evidence; returns 0."""
+    stages = plan(output, seed, tiny=tiny, threads=threads)
+    if dry_run:
         for stage in stages:
             for command in stage.commands:
                 print(f"# {stage.name}\n{shlex.join(command)}")
@@ -290,27 +285,3 @@ def run(args: argparse.Namespace) -> int:
     write_evidence(output)
     print(f"[learn] the whole run took {time.monotonic() - started:.0f} s", flush=True)
     return 0
-
-
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", default="runs/learns", help="folder of the run (resumed when it exists)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of every stage")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of each process (two run at once)")
-    parser.add_argument("--dry-run", action="store_true", help="print the stages' commands; run nothing")
-    parser.add_argument("--tiny", action="store_true", help="every stage in seconds (a smoke test, not a result)")
-
-
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``searchenv learn``."""
-    parser = subparsers.add_parser("learn", description=_DESCRIPTION)
-    _add_arguments(parser)
-    parser.set_defaults(handler=run)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from searchenv.cli.arguments import run_handler
-
-    parser = CommandParser(prog="searchenv learn", description=_DESCRIPTION)
-    _add_arguments(parser)
-    return run_handler(run, parser.parse_args(argv), "searchenv learn")

@@ -48,7 +48,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "train-trl": Command("searchenv.adapters.trl.train:add_parser", "train with TRL's GRPOTrainer"),
     "learn": Command(
-        "searchenv.adapters.learn.pipeline:add_parser",
+        "searchenv.cli.learn:add_parser",
         "the whole learning run from a seed: warm start, RL and its random-retriever control, held-out evaluation",
     ),
     "train-sft": Command(

@@ -1,0 +1,34 @@
+"""The learning recipe's environment and warm-start settings, shared by ``searchenv train-sft`` (its defaults) and
+``searchenv learn`` (every stage)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["LEARN_ENV", "SFT_RECIPE"]
+
+#: The environment of the learning recipe, shared by the warm start, reinforcement learning and evaluation:
+#: the paper's instruction prompt as plain text (no chat template, no worked example: the demonstrations teach the
+#: format), two passages of at most 35 words each (every hop's fact is shown for 96% of the world's train
+#: questions under the demonstrator's searches), EM, and six actions (four hops, an answer, one spare).
+LEARN_ENV: dict[str, Any] = {
+    "dataset": "world",
+    "split": "train",
+    "retriever": "bm25",
+    "reward": "em",
+    "protocol": "search-r1",
+    "topk": 2,
+    "max_information_words": 70,
+    "max_turns": 6,
+    "chat_template": "off",
+}
+#: The warm start's own defaults (:class:`~searchenv.adapters.sft.trainer.SFTConfig` fields and sources).
+SFT_RECIPE: dict[str, Any] = {
+    "max_hops": 2,
+    "validation": 64,
+    "steps": 40,
+    "lr": 2e-4,
+    "batch_size": 8,
+    "micro_batch_size": 8,
+    "trainable_layers": 16,
+}
