@@ -18,14 +18,14 @@ from urllib.parse import urlsplit
 import gymnasium as gym
 import pytest
 
+from searchenv.answer_store import AnswerStore, StoreDamaged
 from searchenv.data.world.generator import generate_world
 from searchenv.http.retry import RetrievalUnavailable
 from searchenv.retrievers import make_retriever
-from searchenv.answer_store import AnswerStore, StoreDamaged
 from searchenv.retrievers.web.pages import PageError, PageReader
 from searchenv.retrievers.web.record import normal_query, normal_url
-from searchenv.types import Document
 from searchenv.retrievers.web.standin import LocalWeb
+from searchenv.types import Document
 
 KEY = "sk-record-never-stored-0042"
 

@@ -1,9 +1,9 @@
 """A local ``transformers`` checkpoint answering short prompts (a judge, a simulated engine) on this machine.
 
 It generates through the rollout engine every trainer uses (:class:`searchenv.rollout.HFGenerator`: batched,
-left-padded, stop strings enforced by the engine), so a local judge decodes exactly as a policy does. The prompt is wrapped in the
-tokenizer's chat template when it has one (an instruct model), and the reply is cut at the first stop string, as
-an OpenAI-compatible server returns it.
+left-padded, stop strings enforced by the engine), so a local judge decodes exactly as a policy does. The prompt
+is wrapped in the tokenizer's chat template when it has one (an instruct model), and the reply is cut at the
+first stop string, as an OpenAI-compatible server returns it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from searchenv.llm.sampling import SamplingSettings
 
-__all__ = ["LocalModel", "check_model_source", "local_device", "model_aliases"]
+__all__ = ["LocalModel", "check_model_source", "local_device", "model_aliases", "model_window"]
 
 
 def model_aliases() -> tuple[str, ...]:
@@ -79,7 +79,7 @@ class LocalModel:
             engine, tokenizer = self._load()
             torch.manual_seed(self.sampling.seed)
             ids = [encode_prompt(tokenizer, prompt) for prompt in prompts]
-            window = min(self.sampling.max_total_tokens, _model_window(engine.model))
+            window = min(self.sampling.max_total_tokens, model_window(engine.model))
             caps = [min(self.sampling.max_new_tokens, window - len(i)) for i in ids]
             rows = [r for r, cap in enumerate(caps) if cap > 0]
             replies = [""] * len(prompts)
@@ -108,6 +108,7 @@ def _cut(text: str, stop: Sequence[str]) -> str:
     return text[: min(ends)] if ends else text
 
 
-def _model_window(model: Any) -> int:
-    """The model's context length, so a long prompt gets an empty reply instead of crashing the engine."""
+def model_window(model: Any) -> int:
+    """The model's context length (``max_position_embeddings``), so a long prompt or episode ends cleanly instead
+    of crashing the engine."""
     return int(getattr(model.config, "max_position_embeddings", None) or 1 << 30)
