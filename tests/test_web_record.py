@@ -250,3 +250,21 @@ def test_a_record_made_against_the_standins_random_port_replays_in_a_new_process
     page = replay.open_documents([hits[0].id])[0]
     assert [[h.id, h.title, h.text] for h in hits] + [[page.ref, page.title, page.text]] == recorded  # type: ignore[union-attr]
     assert replay.stats()["replay_misses"] == 0 and sum(web.counts.values()) == 0
+
+
+def test_play_says_a_replay_miss_is_one(
+    web: LocalWeb, world: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    from searchenv.cli.main import main
+
+    cache = tmp_path / "web.sqlite"
+    serper(web, cache, "record").search([world.corpus[1].title], 3)
+    options = [f"url={web.serper_url}", f"api_key={KEY}", f"cache={cache}", "cache_mode=replay"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("<search> never recorded </search>\n"))
+    argv = ["play", "--retriever", "serper", *(x for o in options for x in ("--retriever-option", o))]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "[replay miss: search 'never recorded' is not in the record web.sqlite (cache_mode='replay')" in out
+    assert "the model is shown the search-error text]" in out
