@@ -259,9 +259,9 @@ class EndpointClient:
                 "variable named by api_key_env (default $OPENAI_API_KEY)"
             )
         raise ConnectionError(
-            f"the endpoint at {self.url} rejected a one-token request to model {self.model!r} at {path} (HTTP "
-            f"{status}: {text}); check the model name (the server's GET /v1/models lists them) and mode "
-            f"({self.mode!r})"
+            f"the endpoint at {self.url} rejected the request for model {self.model!r} at {path} (a one-token "
+            f"request; HTTP {status}: {text}); check the model name (the server's GET /v1/models lists them) and "
+            f"mode ({self.mode!r})"
         )
 
     # -- internals --------------------------------------------------------------------------------------------
