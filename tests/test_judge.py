@@ -336,6 +336,21 @@ def test_step_async_judges_concurrent_episodes_in_one_batch_while_the_loop_runs(
     assert max(ticker.seen) == 8  # the event loop kept running while all eight were being judged
 
 
+def test_truncate_async_awaits_the_judge_and_scores_like_truncate() -> None:
+    with serve_in_thread(openai_chat_app(_verdict)) as url:
+        spec = load_reward("judge", url=url, model="m")
+        envs = [SearchQAEnv(retriever="random", reward=spec) for _ in range(2)]
+        for env in envs:
+            env.reset(seed=3)
+            env.step("<search>the abbey</search>")
+        awaited = asyncio.run(envs[0].truncate_async("context_limit"))
+        called = envs[1].truncate("context_limit")
+    assert awaited.truncated and awaited.info["end_reason"] == "context_limit"
+    assert (awaited.reward, awaited.info["reward_parts"]) == (called.reward, called.info["reward_parts"])
+    with pytest.raises(RuntimeError, match="already ended"):
+        asyncio.run(envs[0].truncate_async())
+
+
 def test_eval_judge_leaves_an_unjudged_record_out() -> None:
     with serve_in_thread(openai_chat_app(lambda prompt: "yes" if "Paris" in prompt else "dunno")) as url:
         judge = LLMJudge(url, "m", retries=0)
