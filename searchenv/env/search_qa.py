@@ -420,30 +420,29 @@ class SearchQAEnv(gym.Env[str, str]):
         budget: the episode gets its terminal reward like any other, so every sample of a batch carries a
         reward and the same parts. ``reason`` is ``"trainer_cut"`` or ``"context_limit"`` (the context is full).
         """
-        if reason not in ("trainer_cut", "context_limit"):
-            raise ValueError(f"truncate(reason=...) takes 'trainer_cut' or 'context_limit', got {reason!r}")
-        episode = self.episode
-        if episode.done:
-            raise RuntimeError("the episode has already ended")
-        rollout = Rollout.from_episode(episode)
+        rollout = self._to_truncate(reason)
         return self._truncated(reason, rollout, self.reward_spec(rollout))
 
     async def truncate_async(self, reason: EndReason = "trainer_cut") -> StepResult:
         """:meth:`truncate` for coroutines: a reward spec with ``ascore_batch`` (the LLM judge) is awaited, merged
         with the other episodes that end at nearly the same moment, so the event loop keeps running."""
-        if reason not in ("trainer_cut", "context_limit"):
-            raise ValueError(f"truncate(reason=...) takes 'trainer_cut' or 'context_limit', got {reason!r}")
-        episode = self.episode
-        if episode.done:
-            raise RuntimeError("the episode has already ended")
-        rollout = Rollout.from_episode(episode)
+        rollout = self._to_truncate(reason)
         if not scores_async(self.reward_spec):
             return self._truncated(reason, rollout, self.reward_spec(rollout))
+        episode = self.episode
         turns = len(episode.turns)
         result = await self.score_merger.score(self.reward_spec, rollout)
         if self._episode is not episode or len(episode.turns) != turns or episode.done:
             raise RuntimeError("the episode was reset, closed, stepped or ended while truncate_async scored it")
         return self._truncated(reason, rollout, result)
+
+    def _to_truncate(self, reason: EndReason) -> Rollout:
+        """The running episode's rollout, once ``reason`` and the episode are checked."""
+        if reason not in ("trainer_cut", "context_limit"):
+            raise ValueError(f"truncate(reason=...) takes 'trainer_cut' or 'context_limit', got {reason!r}")
+        if self.episode.done:
+            raise RuntimeError("the episode has already ended")
+        return Rollout.from_episode(self.episode)
 
     def _truncated(self, reason: EndReason, rollout: Rollout, result: RewardResult) -> StepResult:
         episode = self.episode

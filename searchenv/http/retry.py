@@ -215,59 +215,62 @@ class Retrier:
 
     def run(self, attempt: Callable[[], T], endpoint: str) -> T:
         """``attempt()`` until it returns, fails for good, or the policy's window or attempt cap is reached."""
-        started = time.monotonic()
-        n = 0
+        tries = _Tries(self, endpoint)
         while True:
-            n += 1
-            self._count_attempt()
             try:
                 return attempt()
             except AttemptFailed as failure:
-                wait = self._wait_after(n, failure, started)
-                if wait is None:
-                    raise self._give_up(endpoint, n, failure) from None
+                wait = tries.wait_after(failure)
             self._sleep(wait)
 
     async def arun(self, attempt: Callable[[], Awaitable[T]], endpoint: str) -> T:
         """:meth:`run` for coroutines: the waits between attempts are ``asyncio.sleep``, so the loop runs on."""
-        started = time.monotonic()
-        n = 0
+        tries = _Tries(self, endpoint)
         while True:
-            n += 1
-            self._count_attempt()
             try:
                 return await attempt()
             except AttemptFailed as failure:
-                wait = self._wait_after(n, failure, started)
-                if wait is None:
-                    raise self._give_up(endpoint, n, failure) from None
+                wait = tries.wait_after(failure)
             await asyncio.sleep(wait)
-
-    def _count_attempt(self) -> None:
-        with self._lock:
-            self.attempts += 1
-
-    def _wait_after(self, n: int, failure: AttemptFailed, started: float) -> float | None:
-        """How long to wait after failed attempt ``n``, or ``None`` to give up (a refusal, the cap, the window)."""
-        self._record(f"attempt {n}: {failure.kind}: {failure.reason}")
-        if not failure.retryable or (self.policy.max_attempts is not None and n >= self.policy.max_attempts):
-            return None
-        with self._lock:
-            wait = self.policy.wait(n, failure.retry_after, self._rng)
-        if time.monotonic() - started + wait > self.policy.window:
-            return None
-        with self._lock:
-            self.retried += 1
-        return wait
-
-    def _give_up(self, endpoint: str, n: int, last: AttemptFailed) -> ServiceUnavailable:
-        with self._lock:
-            self.failures += 1
-        error = self.unavailable(last.kind, endpoint, n, last.reason, last.retryable)
-        log.warning("%s", error.detail)
-        return error
 
     def _record(self, line: str) -> None:
         with self._lock:
             self.last_errors.append(f"{time.strftime('%H:%M:%S')} {line}")
             del self.last_errors[:-32]
+
+
+class _Tries:
+    """The attempts of one :meth:`Retrier.run`: counted, and after each failure the wait before the next one, or
+    the error that ends them (a refusal, the attempt cap, a wait that would end past the window)."""
+
+    def __init__(self, retrier: Retrier, endpoint: str):
+        self.retrier, self.endpoint = retrier, endpoint
+        self.started = time.monotonic()
+        self.n = 0
+        self._next()
+
+    def _next(self) -> None:
+        self.n += 1
+        with self.retrier._lock:
+            self.retrier.attempts += 1
+
+    def wait_after(self, failure: AttemptFailed) -> float:
+        """Seconds to wait before the next attempt; raises the policy's ``unavailable`` error to give up."""
+        retrier, policy = self.retrier, self.retrier.policy
+        retrier._record(f"attempt {self.n}: {failure.kind}: {failure.reason}")
+        wait: float | None = None
+        if failure.retryable and (policy.max_attempts is None or self.n < policy.max_attempts):
+            with retrier._lock:
+                wait = policy.wait(self.n, failure.retry_after, retrier._rng)
+            if time.monotonic() - self.started + wait > policy.window:
+                wait = None
+        if wait is None:
+            with retrier._lock:
+                retrier.failures += 1
+            error = retrier.unavailable(failure.kind, self.endpoint, self.n, failure.reason, failure.retryable)
+            log.warning("%s", error.detail)
+            raise error from None
+        with retrier._lock:
+            retrier.retried += 1
+        self._next()
+        return wait
