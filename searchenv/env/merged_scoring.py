@@ -15,15 +15,13 @@ time, a short wait window once episodes arrive together) per event loop and rewa
 from __future__ import annotations
 
 import asyncio
-import threading
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from searchenv.env.step_rules import StepOutcome, score_outcomes
 from searchenv.episode.rollout import RewardResult, Rollout
-from searchenv.retrievers.batching import MicroBatcher
+from searchenv.retrievers.batching import BatchersPerLoop, MicroBatcher, check_merge_window
 
 __all__ = ["DEFAULT_SCORE_MERGER", "ScoreMerger", "ascore_outcomes", "scores_async"]
 
@@ -54,46 +52,30 @@ class ScoreMerger:
     """
 
     def __init__(self, wait_ms: float = 2.0, max_rollouts: int = 1024):
-        if not (isinstance(wait_ms, (int, float)) and 0 <= wait_ms < float("inf")):
-            raise ValueError(f"wait_ms must be a finite number of milliseconds >= 0, got {wait_ms!r}")
-        if not isinstance(max_rollouts, int) or max_rollouts < 1:
-            raise ValueError(f"max_rollouts must be a positive integer, got {max_rollouts!r}")
+        check_merge_window(wait_ms, max_rollouts, "max_rollouts")
         self.wait_ms = float(wait_ms)
         self.max_rollouts = max_rollouts
-        self._lock = threading.Lock()
-        self._batchers: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[int, tuple[Any, MicroBatcher[_Item, RewardResult]]]
-        ] = weakref.WeakKeyDictionary()
+        self._batchers: BatchersPerLoop[_Item, RewardResult] = BatchersPerLoop(self._new_batcher)
 
     async def score(self, spec: Any, rollout: Rollout) -> RewardResult:
         """One episode's result, from the next merged ``ascore_batch`` call of ``spec``."""
-        (result,) = await self._batcher(spec).submit([_Item(rollout)], None)
+        (result,) = await self._batchers.get(spec).submit([_Item(rollout)], None)
         return result
 
     def stats(self) -> dict[str, int]:
         """Totals over the batchers of the event loops alive now: gathered batches, ``ascore_batch`` calls
         (``calls``), episodes scored (``requests``)."""
-        with self._lock:
-            batchers = [b for per_loop in list(self._batchers.values()) for _, b in per_loop.values()]
-        return {name: sum(getattr(b, name) for b in batchers) for name in ("batches", "calls", "requests")}
+        return self._batchers.totals(("batches", "calls", "requests"))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Batchers belong to this process's event loops; a copy in another process starts with none.
         return (ScoreMerger, (self.wait_ms, self.max_rollouts))
 
-    def _batcher(self, spec: Any) -> MicroBatcher[_Item, RewardResult]:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            per_loop = self._batchers.setdefault(loop, {})
-            entry = per_loop.get(id(spec))
-            if entry is None:  # the entry holds the spec, so its id is not reused while the loop lives
+    def _new_batcher(self, spec: Any) -> MicroBatcher[_Item, RewardResult]:
+        async def run(key: object, items: list[_Item]) -> list[RewardResult]:
+            return await _ascore(spec, [item.rollout for item in items])
 
-                async def run(key: object, items: list[_Item], spec: Any = spec) -> list[RewardResult]:
-                    return await _ascore(spec, [item.rollout for item in items])
-
-                batcher = MicroBatcher(run, max_wait_s=self.wait_ms / 1000, max_items=self.max_rollouts)
-                entry = per_loop[id(spec)] = (spec, batcher)
-        return entry[1]
+        return MicroBatcher(run, max_wait_s=self.wait_ms / 1000, max_items=self.max_rollouts)
 
 
 async def ascore_outcomes(
