@@ -119,12 +119,7 @@ class RemoteRetriever:
             )
         self.url = normalise_url(url)
         self.timeout = float(timeout)
-        self.policy = RetryPolicy(
-            window=float(retry_window),
-            max_attempts=None if retries is None else int(retries) + 1,
-            backoff=float(backoff),
-            max_backoff=float(max_backoff),
-        )
+        self.policy = RetryPolicy.of(retry_window, retries, backoff, max_backoff)
         self.on_error = on_error
         self.topk_field = topk_field
         self.token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)

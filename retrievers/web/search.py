@@ -149,12 +149,7 @@ class WebSearchRetriever:
         self.concurrency = int(concurrency)
         self.min_interval = float(min_interval)
         self.params = dict(params or {})
-        policy = RetryPolicy(
-            window=float(retry_window),
-            max_attempts=None if retries is None else int(retries) + 1,
-            backoff=float(backoff),
-            max_backoff=float(max_backoff),
-        )
+        policy = RetryPolicy.of(retry_window, retries, backoff, max_backoff)
         self._retrier = Retrier(policy, seed, unavailable=RetrievalUnavailable)
         price = self.list_price_per_1k if price_per_1k is None else float(price_per_1k)
         self.record = AnswerStore(cache, cache_mode, price_per_1k=price)

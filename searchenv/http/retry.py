@@ -180,6 +180,17 @@ class RetryPolicy:
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1 or None, got {self.max_attempts}")
 
+    @classmethod
+    def of(cls, retry_window: float, retries: int | None, backoff: float, max_backoff: float) -> RetryPolicy:
+        """The policy from a client's options: ``retry_window`` seconds, at most ``retries`` retries (``None``:
+        the window alone limits them), the first wait ``backoff`` doubling up to ``max_backoff``."""
+        return cls(
+            window=float(retry_window),
+            max_attempts=None if retries is None else int(retries) + 1,
+            backoff=float(backoff),
+            max_backoff=float(max_backoff),
+        )
+
     def wait(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
         backoff = min(self.max_backoff, self.backoff * 2 ** (attempt - 1)) * rng.uniform(0.5, 1.0)

@@ -120,12 +120,7 @@ class EndpointClient:
         self.timeout = float(timeout)
         self.concurrency = int(concurrency)
         self.extra_body = dict(extra_body or {})
-        self.policy = RetryPolicy(
-            window=float(retry_window),
-            max_attempts=None if retries is None else int(retries) + 1,
-            backoff=float(backoff),
-            max_backoff=float(max_backoff),
-        )
+        self.policy = RetryPolicy.of(retry_window, retries, backoff, max_backoff)
         self.seed = seed
         self._key = os.environ.get(api_key_env) or None
         self._init_transient()
