@@ -211,18 +211,30 @@ class AnswerStore:
         try:
             row = self._connection().execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
             return _MISSING if row is None else json.loads(row[0])
+        except sqlite3.OperationalError:  # locked past the busy timeout, or the file went away: not damage
+            raise
         except (sqlite3.DatabaseError, json.JSONDecodeError, TypeError) as exc:
             raise self._damaged(f"the answer stored for key {key[:12]}… cannot be read ({exc})") from None
 
     def _check_file(self) -> None:
-        """Open the file and check it: SQLite's ``quick_check`` and the answers table's columns."""
-        try:
-            connection = self._connection()
-            problems = [row[0] for row in connection.execute("PRAGMA quick_check").fetchall()]
-            columns = tuple(row[1] for row in connection.execute("PRAGMA table_info(answers)").fetchall())
-            count = connection.execute("SELECT count(*) FROM answers").fetchone()[0]
-        except sqlite3.DatabaseError as exc:
-            raise self._damaged(str(exc)) from None
+        """Open the file and check it: SQLite's ``quick_check`` and the answers table's columns. Another process
+        opening or writing the file at the same moment can make a statement report the file locked: that is
+        waited out (up to a minute), never taken for damage."""
+        deadline = time.monotonic() + 60.0
+        while True:
+            try:
+                connection = self._connection()
+                problems = [row[0] for row in connection.execute("PRAGMA quick_check").fetchall()]
+                columns = tuple(row[1] for row in connection.execute("PRAGMA table_info(answers)").fetchall())
+                count = connection.execute("SELECT count(*) FROM answers").fetchone()[0]
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                self.close()  # a fresh connection on the next try
+                time.sleep(0.05)
+            except sqlite3.DatabaseError as exc:
+                raise self._damaged(str(exc)) from None
         if problems != ["ok"]:
             raise self._damaged("; ".join(" ".join(p.split()) for p in problems)[:300])
         if columns != _COLUMNS:
