@@ -1,7 +1,7 @@
 """Moved to :mod:`searchenv.http.retry` (the one retry policy, below the retrievers and the LLM client); the
 old names keep working here with a ``DeprecationWarning``."""
 
-from searchenv.moved import moved_names
+from searchenv.imports import moved
 
 _NAMES = (
     "RETRYABLE_STATUSES",
@@ -14,4 +14,4 @@ _NAMES = (
     "attempt_failed_from_status",
     "parse_retry_after",
 )
-__getattr__ = moved_names(__name__, {name: f"searchenv.http.retry:{name}" for name in _NAMES})
+__getattr__ = moved(__name__, {name: f"searchenv.http.retry:{name}" for name in _NAMES})

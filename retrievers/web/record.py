@@ -16,11 +16,11 @@ import ipaddress
 import unicodedata
 from urllib.parse import urlsplit, urlunsplit
 
-from searchenv.moved import moved_names
+from searchenv.imports import moved
 
 __all__ = ["normal_query", "normal_url"]
 
-__getattr__ = moved_names(
+__getattr__ = moved(
     __name__,
     {
         "CACHE_MODES": "searchenv.answer_store:CACHE_MODES",

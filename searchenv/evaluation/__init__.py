@@ -6,8 +6,8 @@ transcript viewer. Nothing heavy is imported here.
 from searchenv.evaluation.checkpoint import RUN_FILE, read_run_settings
 from searchenv.evaluation.evalset import EVAL_DATASETS, build_eval_set, write_eval_set
 from searchenv.evaluation.policies import Context, EndpointPolicy, Generation, LocalPolicy, Policy
+from searchenv.imports import moved
 from searchenv.llm.sampling import SamplingSettings
-from searchenv.moved import moved_names
 
 __all__ = [
     "EVAL_DATASETS",
@@ -24,4 +24,4 @@ __all__ = [
 ]
 
 #: ``EvalSampling`` is :class:`searchenv.llm.sampling.SamplingSettings` now (deprecated alias).
-__getattr__ = moved_names(__name__, {"EvalSampling": "searchenv.llm.sampling:SamplingSettings"})
+__getattr__ = moved(__name__, {"EvalSampling": "searchenv.llm.sampling:SamplingSettings"})

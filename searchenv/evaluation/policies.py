@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 from typing import Protocol as TypingProtocol
 
+from searchenv.imports import moved
 from searchenv.llm.blocking import run_coroutine
 from searchenv.llm.client import MODES, EndpointClient, EndpointUnavailable
 from searchenv.llm.local import local_device, model_window
 from searchenv.llm.sampling import SamplingSettings
-from searchenv.moved import moved_names
 from searchenv.rollout.sampling import GeneratedTurn, SamplingConfig, TurnGenerator
 
 __all__ = [
@@ -305,4 +305,4 @@ class EndpointPolicy:
 
 
 #: ``EvalSampling`` is :class:`searchenv.llm.sampling.SamplingSettings` now (deprecated alias).
-__getattr__ = moved_names(__name__, {"EvalSampling": "searchenv.llm.sampling:SamplingSettings"})
+__getattr__ = moved(__name__, {"EvalSampling": "searchenv.llm.sampling:SamplingSettings"})

@@ -2,9 +2,9 @@
 ``PromptFailure`` and ``check_model_source`` to :mod:`searchenv.llm.prompter`, ``run_coroutine`` to
 :mod:`searchenv.llm.blocking`. The old names keep working here with a ``DeprecationWarning``."""
 
-from searchenv.moved import moved_names
+from searchenv.imports import moved
 
-__getattr__ = moved_names(
+__getattr__ = moved(
     __name__,
     {
         "Prompter": "searchenv.llm.prompter:Prompter",
