@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 import weakref
 from collections import deque
@@ -21,7 +22,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-__all__ = ["MicroBatcher"]
+__all__ = ["BatchersPerLoop", "MicroBatcher", "check_merge_window"]
 
 log = logging.getLogger("searchenv.batching")
 
@@ -268,3 +269,45 @@ def _settle(future: asyncio.Future[Any], result: Any = None, exc: BaseException 
         future.set_exception(exc)
     else:
         future.set_result(result)
+
+
+class BatchersPerLoop(Generic[Item, Result]):
+    """One :class:`MicroBatcher` per (event loop, shared object): what the environment's mergers keep
+    (:class:`~searchenv.env.merged_search.SearchMerger` per retriever, :class:`~searchenv.env.merged_scoring.
+    ScoreMerger` per reward spec), since a batcher serves one loop and merges only what shares one object.
+
+    ``make(owner)`` builds the batcher of ``owner``. A loop's batchers go with the loop (weakly keyed); each entry
+    holds its owner, so the owner's ``id`` is not reused while the loop lives. Thread-safe.
+    """
+
+    def __init__(self, make: Callable[[Any], MicroBatcher[Item, Result]]):
+        self._make = make
+        self._lock = threading.Lock()
+        self._batchers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[int, tuple[Any, MicroBatcher[Item, Result]]]
+        ] = weakref.WeakKeyDictionary()
+
+    def get(self, owner: Any) -> MicroBatcher[Item, Result]:
+        """The running loop's batcher for ``owner``, built on first use."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            per_loop = self._batchers.setdefault(loop, {})
+            entry = per_loop.get(id(owner))
+            if entry is None:
+                entry = per_loop[id(owner)] = (owner, self._make(owner))
+        return entry[1]
+
+    def totals(self, names: Sequence[str]) -> dict[str, int]:
+        """The batchers' counters ``names`` (``batches``, ``calls``, ...) summed over the loops alive now."""
+        with self._lock:
+            batchers = [b for per_loop in list(self._batchers.values()) for _, b in per_loop.values()]
+        return {name: sum(getattr(b, name) for b in batchers) for name in names}
+
+
+def check_merge_window(wait_ms: Any, max_items: Any, items: str) -> None:
+    """Refuse a wait window that is not a finite number of milliseconds >= 0, or a size that is not a positive
+    integer (``items`` names the size's argument)."""
+    if not (isinstance(wait_ms, (int, float)) and 0 <= wait_ms < float("inf")):
+        raise ValueError(f"wait_ms must be a finite number of milliseconds >= 0, got {wait_ms!r}")
+    if not isinstance(max_items, int) or max_items < 1:
+        raise ValueError(f"{items} must be a positive integer, got {max_items!r}")

@@ -312,9 +312,12 @@ _RECORDS: tuple[Engine, ...] = (
             "retries": EngineOption(int, "retries of one request"),
             "concurrency": EngineOption(int, "requests in flight at once"),
             "device": EngineOption(str, "the local model's device"),
+            "cache": EngineOption(str, "a SQLite file the documents are recorded in and replayed from"),
+            "cache_mode": EngineOption(str, "'record', 'replay' or 'cached' (the default with cache)"),
+            "check_on_start": EngineOption(bool, "one one-token request when the environment builds it"),
         },
         needs_corpus=False,
-        capabilities=(WantsGolds, TakesTrainingStep),
+        capabilities=(AsyncRetriever, WantsGolds, TakesTrainingStep, Closeable, ChecksOnStart),
         check=_check_simulated,
     ),
 )

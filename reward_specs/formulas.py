@@ -33,12 +33,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
 
+from searchenv.answer_store import AnswerStore
 from searchenv.checks import choice, number
 from searchenv.episode.rollout import RewardResult, Rollout
 from searchenv.imports import load_attr
 from searchenv.reward_specs.blocks import block_content
 from searchenv.reward_specs.format_check import check_format, check_turns, single_block
-from searchenv.reward_specs.judging.judge import Case, Judge
+from searchenv.reward_specs.judging.judge import Case, Judge, Verdict
 from searchenv.reward_specs.judging.prompt import ACC_L_PROMPT
 from searchenv.reward_specs.metrics import (
     answer_in_passages,
@@ -345,11 +346,15 @@ class JudgeReward(FormatRetrievalReward):
     format and retrieval terms: with ``lambda_f = lambda_r = 0`` (the defaults) the reward is the verdict itself.
 
     The judge is an OpenAI-compatible endpoint (``url`` + ``model``) or a local model (``model`` alone: a
-    checkpoint folder or a packaged alias). When it gives no verdict — the endpoint failed after ``retries``
-    retries of ``timeout`` seconds each, or the reply was neither yes nor no — correctness falls back to
-    ``metric`` (``em`` or ``cem``) and the part ``judge_fallback`` is 1.0, so a fallback is counted, never silent.
-    ``judge`` is the verdict used (the fallback's when there was none). :meth:`score_batch` judges a batch in one
-    concurrent call; verdicts are cached by (question, golds, prediction, model, prompt).
+    checkpoint folder or a packaged alias). An endpoint is checked when the reward is built (one one-token request
+    within ``timeout``; ``check_on_start=False`` skips it, and a ``replay`` never calls it). When the judge gives
+    no verdict — the endpoint failed after ``retries`` retries of ``timeout`` seconds each, the reply was neither
+    yes nor no, or a replay missed — correctness falls back to ``metric`` (``em`` or ``cem``), the part
+    ``judge_fallback`` is 1.0 and the result's note ``judge_fallback`` (``info["reward_notes"]``) says why; the
+    first fallback of each kind is logged as a warning. ``judge`` is the verdict used (the fallback's when there
+    was none). :meth:`score_batch` judges a batch in one concurrent call and :meth:`ascore_batch` awaits it on the
+    caller's event loop. ``cache=PATH, cache_mode="record" | "replay" | "cached"`` records verdicts in an
+    :class:`~searchenv.answer_store.AnswerStore`, so a judged run replays with the endpoint down.
     """
 
     formula: ClassVar[str] = "judge"
@@ -359,10 +364,13 @@ class JudgeReward(FormatRetrievalReward):
     model: str | None = None
     prompt: str = ACC_L_PROMPT
     mode: str = "chat"
-    timeout: float = 60.0
-    retries: int = 2
+    timeout: float = 15.0
+    retries: int = 1
     concurrency: int = 8
     device: str = ""
+    cache: str | None = None
+    cache_mode: str | None = None
+    check_on_start: bool = True
     _judge: Judge = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -371,7 +379,10 @@ class JudgeReward(FormatRetrievalReward):
         _number(self.formula, "timeout", self.timeout, 0.001, 86400.0)
         _number(self.formula, "retries", self.retries, 0, 100)
         _number(self.formula, "concurrency", self.concurrency, 1, 4096)
+        if not isinstance(self.check_on_start, bool):
+            raise RewardSpecError(f"{self.formula}: check_on_start must be true or false, got {self.check_on_start!r}")
         try:
+            store = AnswerStore(self.cache, self.cache_mode) if self.cache is not None or self.cache_mode else None
             judge = Judge(
                 self.url,
                 self.model,  # type: ignore[arg-type]  # checked by Judge
@@ -381,9 +392,17 @@ class JudgeReward(FormatRetrievalReward):
                 retries=int(self.retries),
                 concurrency=int(self.concurrency),
                 device=self.device,
+                store=store,
             )
         except ValueError as exc:
             raise RewardSpecError(f"{self.formula}: {exc}") from exc
+        if self.check_on_start and self.url is not None and self.cache_mode != "replay":
+            try:
+                judge.check()
+            except ConnectionError as exc:
+                raise ConnectionError(
+                    f"{self.formula}: {exc} (or pass check_on_start=false for a judge started later)"
+                ) from None
         object.__setattr__(self, "_judge", judge)
 
     @property
@@ -395,14 +414,28 @@ class JudgeReward(FormatRetrievalReward):
         return self.score_batch([rollout])[0]
 
     def score_batch(self, rollouts: Sequence[Rollout]) -> list[RewardResult]:
-        """Every rollout's result, the judge asked once for the whole batch (concurrently) instead of one by one."""
-        verdicts = self._judge.verdicts([Case(r.question, r.golden_answers, r.prediction) for r in rollouts])
+        """Every rollout's result, the judge asked once for the whole batch (concurrently) instead of one by one.
+        From a coroutine, await :meth:`ascore_batch` instead (this call blocks its thread)."""
+        return self._results(rollouts, self._judge.verdicts(self._cases(rollouts)))
+
+    async def ascore_batch(self, rollouts: Sequence[Rollout]) -> list[RewardResult]:
+        """:meth:`score_batch` awaited on the running event loop: the loop keeps running while the judge answers."""
+        return self._results(rollouts, await self._judge.averdicts(self._cases(rollouts)))
+
+    @staticmethod
+    def _cases(rollouts: Sequence[Rollout]) -> list[Case]:
+        return [Case(r.question, r.golden_answers, r.prediction) for r in rollouts]
+
+    def _results(self, rollouts: Sequence[Rollout], verdicts: Sequence[Verdict]) -> list[RewardResult]:
         results = []
         for rollout, verdict in zip(rollouts, verdicts):
             measured = _Measured(rollout, self.metric)
             value = measured.score if verdict.value is None else verdict.value
             fallback = float(verdict.value is None)
-            results.append(self._result(measured, value == 1.0, judge=float(value), judge_fallback=fallback))
+            result = self._result(measured, value == 1.0, judge=float(value), judge_fallback=fallback)
+            if verdict.value is None:
+                result = result._replace(notes={"judge_fallback": f"{verdict.kind}: {verdict.why_none}"})
+            results.append(result)
         return results
 
 

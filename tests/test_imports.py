@@ -57,6 +57,15 @@ def test_retrievers_resolve_factory_references_through_it(tmp_path):
         ("searchenv.evaluation.cli", "add_evaluation_parsers", "searchenv.cli.evaluation:add_evaluation_parsers"),
         ("searchenv.evaluation.suite", "add_eval_arguments", "searchenv.cli.evaluation:add_eval_arguments"),
         ("searchenv.retrievers.degraded.options", "WRAPPERS", "searchenv.retrievers:WRAPPERS"),
+        ("searchenv.evaluation.prompter", "Prompter", "searchenv.llm.prompter:Prompter"),
+        ("searchenv.evaluation.prompter", "PromptFailure", "searchenv.llm.prompter:PromptFailure"),
+        ("searchenv.evaluation.prompter", "run_coroutine", "searchenv.llm.blocking:run_coroutine"),
+        ("searchenv.evaluation.policies", "EvalSampling", "searchenv.llm.sampling:SamplingSettings"),
+        ("searchenv.evaluation", "EvalSampling", "searchenv.llm.sampling:SamplingSettings"),
+        ("searchenv.retrievers.http.retry", "RetrievalUnavailable", "searchenv.http.retry:RetrievalUnavailable"),
+        ("searchenv.retrievers.http.retry", "parse_retry_after", "searchenv.http.retry:parse_retry_after"),
+        ("searchenv.retrievers.web.record", "Record", "searchenv.answer_store:AnswerStore"),
+        ("searchenv.retrievers.web.record", "NotRecorded", "searchenv.answer_store:NotRecorded"),
     ],
 )
 def test_moved_names_still_resolve_with_a_warning(old, name, new):
@@ -67,3 +76,18 @@ def test_moved_names_still_resolve_with_a_warning(old, name, new):
         assert getattr(module, name) is load_attr(new)
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         module.no_such_name  # noqa: B018
+
+
+def test_scoring_exact_match_imports_nothing_from_the_application_layer():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from searchenv.reward_specs import Rollout, load_reward\n"
+        "assert load_reward('em')(Rollout.from_text('<answer>Paris</answer>', ['Paris'])).reward == 1.0\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('searchenv.evaluation', 'searchenv.adapters'))))\n"
+        "print(sorted(m for m in ('httpx', 'torch', 'transformers') if m in sys.modules))\n"
+    )
+    lines = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert lines.splitlines() == ["[]", "[]"]  # the reward layer sits below evaluation and adapters, and stays light

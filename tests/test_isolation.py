@@ -162,6 +162,31 @@ def test_a_dead_http_service_is_not_retried_query_by_query(world_env: SearchQAEn
     assert all("retrieval unreachable" in r.info["retrieval_error"] for r in results)
 
 
+def bad_gateway_app(requests: list[int]) -> object:
+    """What a proxy in front of a dead retrieval server answers: 502 Bad Gateway to every request (counted)."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def retrieve(request: object) -> PlainTextResponse:
+        requests.append(1)
+        return PlainTextResponse("502 Bad Gateway", status_code=502)
+
+    return Starlette(routes=[Route("/retrieve", retrieve, methods=["POST"])])
+
+
+def test_a_502_outage_is_the_service_down_not_split_query_by_query(world_env: SearchQAEnv) -> None:
+    requests: list[int] = []
+    with serve_in_thread(bad_gateway_app(requests)) as url:
+        client = RemoteRetriever(url, retry_window=0.3, backoff=0.02, max_backoff=0.02, seed=0)
+        envs = episodes(world_env, client, 16)
+        results = step_batch(envs, [f"<search>{q}</search>" for q in questions(envs)])
+    attempts = client.requests
+    assert len(requests) == attempts and client.failures == 1  # one call's attempts: the batch was not split
+    assert all("retrieval unreachable" in r.info["retrieval_error"] for r in results)
+    assert all("HTTP 502" in r.info["retrieval_error"] for r in results)
+
+
 class Returns:
     """A custom engine that breaks the contract for the queries holding ``bad``: it returns ``wrong`` for them."""
 

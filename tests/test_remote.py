@@ -17,9 +17,9 @@ import pytest
 from servers import free_port, serve_in_thread, spawn_server
 
 from searchenv.corpus import Corpus
+from searchenv.http.retry import parse_retry_after
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.http.remote import FailedResults, RemoteRetriever, RetrievalUnavailable
-from searchenv.retrievers.http.retry import parse_retry_after
 from searchenv.retrievers.http.wire import content_id
 from searchenv.retrievers.random_retriever import RandomRetriever
 from searchenv.retrievers.server.app import ServerConfig, create_app
@@ -239,7 +239,7 @@ def test_retry_after_is_honoured(search_r1: SearchR1Server, engine: RandomRetrie
         (404, False, "refused"),
         (422, False, "refused"),
         (500, False, "server_error"),
-        (502, True, "server_error"),
+        (502, True, "unreachable"),  # a proxy in front of a dead server: the service is away
         (503, True, "overloaded"),
         (504, True, "timeout"),
         (429, True, "overloaded"),

@@ -221,7 +221,7 @@ def test_hint_is_not_read_as_an_answer() -> None:
 @pytest.mark.parametrize("name", REWARD_SPECS)
 def test_builtin_names_load_in_both_spellings(name: str) -> None:
     extra = {"answerer": LEXICAL} if name == "r-search" else {}
-    extra = {"url": "http://127.0.0.1:9", "model": "judge-model"} if name == "judge" else extra  # never called
+    extra = {"url": "http://127.0.0.1:9", "model": "judge-model", "check_on_start": False} if name == "judge" else extra
     dashed, underscored = load_reward(name, **extra), load_reward(name.replace("-", "_").upper(), **extra)
     assert dashed == underscored and dashed.name == name
 

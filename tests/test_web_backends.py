@@ -16,8 +16,8 @@ import gymnasium as gym
 import pytest
 
 from searchenv.data.world.generator import generate_world
+from searchenv.http.retry import RetrievalUnavailable
 from searchenv.retrievers import check_retriever_options, make_retriever
-from searchenv.retrievers.http.retry import RetrievalUnavailable
 from searchenv.retrievers.web.standin import LocalWeb
 
 KEY = "sk-standin-5f3a9c0e7d21"

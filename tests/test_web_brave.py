@@ -19,8 +19,8 @@ import httpx
 import pytest
 from servers import serve_in_thread
 
+from searchenv.http.retry import RetrievalUnavailable
 from searchenv.retrievers import make_retriever
-from searchenv.retrievers.http.retry import RetrievalUnavailable
 from searchenv.retrievers.server.app import ServerConfig, create_app
 from searchenv.retrievers.web.brave import KEY_ENV, BraveSearchRetriever
 

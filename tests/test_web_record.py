@@ -13,16 +13,19 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import gymnasium as gym
 import pytest
 
+from searchenv.answer_store import AnswerStore, StoreDamaged
 from searchenv.data.world.generator import generate_world
+from searchenv.http.retry import RetrievalUnavailable
 from searchenv.retrievers import make_retriever
-from searchenv.retrievers.http.retry import RetrievalUnavailable
-from searchenv.retrievers.web.pages import PageError
+from searchenv.retrievers.web.pages import PageError, PageReader
 from searchenv.retrievers.web.record import normal_query, normal_url
 from searchenv.retrievers.web.standin import LocalWeb
+from searchenv.types import Document
 
 KEY = "sk-record-never-stored-0042"
 
@@ -150,23 +153,118 @@ def test_keys_normalise_queries_and_urls() -> None:
     assert normal_url("https://example.org") == "https://example.org/"
 
 
-# One process recording 30 answers into a shared file; prints what the record returned.
+# One process recording 30 answers into a shared file, each answer naming the process (an engine whose answers
+# differ from run to run); prints what the record returned.
 _WRITER = """
 import json, sys
-from searchenv.retrievers.web.record import Record
-record = Record(sys.argv[1], "cached")
+from searchenv.answer_store import AnswerStore
+record = AnswerStore(sys.argv[1], sys.argv[3])
 print(json.dumps([record.through("search", {"query": f"q{i}"}, lambda i=i: [sys.argv[2], i]) for i in range(30)]))
 """
 
 
-def test_many_processes_share_one_record(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["record", "cached"])
+def test_many_processes_share_one_record(tmp_path: Path, mode: str) -> None:
     path = str(tmp_path / "shared.sqlite")
     writers = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, path, str(w)], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, "-c", _WRITER, path, str(w), mode], stdout=subprocess.PIPE, text=True)
         for w in range(3)
     ]
     answers = [json.loads(w.communicate(timeout=120)[0]) for w in writers]
     assert answers[0] == answers[1] == answers[2]  # the first answer stored for a key wins everywhere
+    replayed = AnswerStore(path, "replay")
+    assert [replayed.through("search", {"query": f"q{i}"}, list) for i in range(30)] == answers[0]
     with sqlite3.connect(path) as db:
         assert db.execute("select count(*) from answers").fetchone() == (30,)
         assert db.execute("pragma journal_mode").fetchone() == ("wal",)
+
+
+def test_every_recording_caller_gets_the_first_answer_stored(tmp_path: Path) -> None:
+    answers = iter(range(100))  # an engine whose answer to the same query changes every time
+    record = AnswerStore(tmp_path / "drift.sqlite", "record")
+    first, second = (record.through("search", {"query": "q"}, lambda: next(answers)) for _ in range(2))
+    assert first == second == 0  # the second episode sees what its replay will see
+    assert AnswerStore(tmp_path / "drift.sqlite", "replay").through("search", {"query": "q"}, list) == 0
+
+
+def test_a_damaged_record_fails_when_opened_naming_the_file(web: LocalWeb, world: Any, tmp_path: Path) -> None:
+    cache = tmp_path / "web.sqlite"
+    recorder = AnswerStore(cache, "record")
+    for i in range(300):
+        recorder.through("search", {"query": f"q{i}"}, lambda i=i: [["http://x", "title", "snippet " * 20, i]])
+    recorder.close()
+    data = bytearray(cache.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 2048] = b"\xab" * 2048  # the header intact, a page of data not
+    cache.write_bytes(bytes(data))
+    for mode in ("replay", "cached", "record"):
+        with pytest.raises(StoreDamaged, match=f"the record {cache} is damaged.*record again into a new file"):
+            serper(web, cache, mode)
+    with pytest.raises(StoreDamaged, match="web.sqlite is damaged"):
+        gym.make(
+            "SearchQA-v0",
+            retriever="serper",
+            retriever_options={"url": web.serper_url, "api_key": KEY, "cache": str(cache)},
+        )
+
+
+def test_reach_settings_are_part_of_a_page_record(web: LocalWeb, tmp_path: Path) -> None:
+    store = AnswerStore(tmp_path / "pages.sqlite", "cached")
+    url = web.page_url(next(iter(web.articles)))
+    allowed = PageReader(record=store, allow_private=True, host_interval=0).open_documents([url])[0]
+    assert isinstance(allowed, Document)
+    forbidding = PageReader(record=store, host_interval=0)  # a run that forbids private hosts
+    (refused,) = forbidding.open_documents([url])
+    assert isinstance(refused, PageError) and refused.kind == "blocked"  # not the page stored under allow_private
+    assert PageReader(record=store, host_interval=0).open_documents([url])[0].kind == "blocked"  # stored as such
+    again = PageReader(record=store, allowed_hosts=[urlsplit(url).netloc], host_interval=0).open_documents([url])
+    assert again == [allowed]  # allowing the host again: the stored page, not the stored refusal
+
+
+# Records one search and one page against a stand-in of its own (a random port), then prints what it got.
+_RECORDER = """
+import json, sys
+from searchenv.data.world.generator import generate_world
+from searchenv.retrievers import make_retriever
+from searchenv.retrievers.web.standin import LocalWeb
+world = generate_world(300, seed=5)
+with LocalWeb(world.corpus) as web:
+    engine = make_retriever("serper", None, url=web.serper_url, api_key="k", cache=sys.argv[1], cache_mode="record",
+                            pages={"host_interval": 0})
+    hits = engine.search([world.corpus[4].title], 3)[0]
+    page = engine.open_documents([hits[0].id])[0]
+    print(json.dumps([[h.id, h.title, h.text] for h in hits] + [[page.ref, page.title, page.text]]))
+"""
+
+
+def test_a_record_made_against_the_standins_random_port_replays_in_a_new_process(
+    web: LocalWeb, world: Any, tmp_path: Path
+) -> None:
+    cache = str(tmp_path / "web.sqlite")
+    recorded = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", _RECORDER, cache], capture_output=True, text=True, check=True, timeout=120
+        ).stdout
+    )
+    replay = serper(web, Path(cache), "replay")  # this process's stand-in listens on another port
+    hits = replay.search([world.corpus[4].title], 3)[0]
+    page = replay.open_documents([hits[0].id])[0]
+    assert [[h.id, h.title, h.text] for h in hits] + [[page.ref, page.title, page.text]] == recorded  # type: ignore[union-attr]
+    assert replay.stats()["replay_misses"] == 0 and sum(web.counts.values()) == 0
+
+
+def test_play_says_a_replay_miss_is_one(
+    web: LocalWeb, world: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    from searchenv.cli.main import main
+
+    cache = tmp_path / "web.sqlite"
+    serper(web, cache, "record").search([world.corpus[1].title], 3)
+    options = [f"url={web.serper_url}", f"api_key={KEY}", f"cache={cache}", "cache_mode=replay"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("<search> never recorded </search>\n"))
+    argv = ["play", "--retriever", "serper", *(x for o in options for x in ("--retriever-option", o))]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "[replay miss: search 'never recorded' is not in the record web.sqlite (cache_mode='replay')" in out
+    assert "the model is shown the search-error text]" in out

@@ -210,6 +210,11 @@ class SearchEnvAgentLoop(AgentLoopBase):
             timing["tool_calls"] += time.perf_counter() - started
             if observation:
                 tokens.add_env(observation)
+        if not env.episode.done:
+            # The response budget ran out before an answer or the action budget: score what there is, so every
+            # sample of the batch carries a reward and the same metric keys (``end_reason/context_limit``); a
+            # judge reward is awaited, not run on this loop's thread.
+            await env.truncate_async("context_limit")
         return self._output(env, tokens, timing, preempted, server_fields, routed_experts)
 
     def _add_turn(self, env: SearchQAEnv, tokens: EpisodeTokens, output: TokenOutput) -> str:
@@ -236,10 +241,6 @@ class SearchEnvAgentLoop(AgentLoopBase):
         routed_experts: Any,
     ) -> AgentLoopOutput:
         episode = env.episode
-        if not episode.done:
-            # The response budget ran out before an answer or the action budget: score what there is, so
-            # every sample of the batch carries a reward and the same metric keys (``end_reason/context_limit``).
-            env.truncate("context_limit")
         built = tokens.result()
         n = self.response_length
         metrics = {

@@ -2,11 +2,11 @@
 
 ``make_retriever("http://host:port")`` returns a :class:`RemoteRetriever`. Each ``search(queries, k)`` is
 one batched request in Search-R1's format (``{"queries", "topk", "return_scores": true}``), which every
-server in the ecosystem understands. Transient failures are retried under :mod:`~searchenv.retrievers.http.retry`'s
+server in the ecosystem understands. Transient failures are retried under :mod:`~searchenv.http.retry`'s
 rules — ``Retry-After`` honoured, only what can succeed later, for a window (60 s) that outlasts a server restart.
 When the service stays down, ``on_error`` decides:
 
-* ``"raise"`` (default): :class:`~searchenv.retrievers.http.retry.RetrievalUnavailable` (``.kind``, ``.detail``);
+* ``"raise"`` (default): :class:`~searchenv.http.retry.RetrievalUnavailable` (``.kind``, ``.detail``);
 * ``"empty"``: a :class:`FailedResults` — one ``[]`` per query, which still *says* it failed: its
   ``retrieval_error`` attribute holds the error, so the environment can flag the failure and not count a search.
 
@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from searchenv.checks import positive_int
-from searchenv.retrievers.http.retry import (
+from searchenv.http.clients import http_client
+from searchenv.http.retry import (
     AttemptFailed,
     Retrier,
     RetrievalUnavailable,
@@ -118,12 +119,7 @@ class RemoteRetriever:
             )
         self.url = normalise_url(url)
         self.timeout = float(timeout)
-        self.policy = RetryPolicy(
-            window=float(retry_window),
-            max_attempts=None if retries is None else int(retries) + 1,
-            backoff=float(backoff),
-            max_backoff=float(max_backoff),
-        )
+        self.policy = RetryPolicy.of(retry_window, retries, backoff, max_backoff)
         self.on_error = on_error
         self.topk_field = topk_field
         self.token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
@@ -134,7 +130,7 @@ class RemoteRetriever:
 
     def _init_transient(self) -> None:
         self._lock = threading.Lock()
-        self._retrier = Retrier(self.policy, self.seed)
+        self._retrier = Retrier(self.policy, self.seed, unavailable=RetrievalUnavailable)
         self._client: httpx.Client | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._warned_missing_id = False
@@ -303,12 +299,9 @@ class RemoteRetriever:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def _sync_client(self) -> httpx.Client:
-        import httpx
-
         with self._lock:
             if self._client is None:
-                limits = httpx.Limits(max_connections=self.pool_size, max_keepalive_connections=self.pool_size)
-                self._client = httpx.Client(timeout=self.timeout, limits=limits, headers=self._headers())
+                self._client = http_client(timeout=self.timeout, headers=self._headers(), pool_size=self.pool_size)
             return self._client
 
     def _pool(self) -> ThreadPoolExecutor:

@@ -29,9 +29,9 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from searchenv.http.retry import RetrievalUnavailable
 from searchenv.retrievers.batching import MicroBatcher
 from searchenv.retrievers.http.remote import TOKEN_ENV
-from searchenv.retrievers.http.retry import RetrievalUnavailable
 from searchenv.retrievers.http.wire import Limits, WireError, encode_response, parse_request
 from searchenv.retrievers.server.answer_cache import QueryCache
 from searchenv.types import ComputesInProcess, Passage, Retriever, has_flag

@@ -3,10 +3,12 @@
 Which documents are noisy is a pure function of ``(seed, query)`` (:func:`~searchenv.retrievers.degraded.schedule.
 query_rng`, the degraded wrappers' rule): document ``i`` of a query is noisy when its draw ``u_i < p_noisy``, so a
 schedule that raises ``p_noisy`` turns more documents noisy without reshuffling the others, and the same query
-gets the same documents in any batch. The text is deterministic at ``temperature`` 0 (the default, greedy) and
-cached by prompt (which holds the query, the document's number, its kind and the golds) for this engine's model,
-sampling and seed, so a repeated search costs nothing. The documents are ordinary
-:class:`~searchenv.types.Passage` values: the environment clips, neutralises and masks them like any engine's.
+gets the same documents in any batch. The text is deterministic at ``temperature`` 0 (the default, greedy).
+With ``cache=PATH`` every document goes through an :class:`~searchenv.answer_store.AnswerStore`
+(``cache_mode="record" | "replay" | "cached"``, keyed by the model, sampling and prompt — which holds the query,
+the document's number, its kind and the golds), so a simulated run replays with the endpoint down and a repeated
+search costs nothing. The documents are ordinary :class:`~searchenv.types.Passage` values: the environment
+clips, neutralises and masks them like any engine's.
 
 A document the model could not write (the endpoint failed after its retries) fails the whole call with the
 query named: the environment then searches the batch again in halves, so only the episode whose query failed
@@ -19,9 +21,10 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from searchenv.answer_store import AnswerStore
 from searchenv.corpus import Corpus
-from searchenv.evaluation.policies import EvalSampling
-from searchenv.evaluation.prompter import Prompter, PromptFailure
+from searchenv.llm.prompter import Prompter, PromptFailure
+from searchenv.llm.sampling import SamplingSettings
 from searchenv.retrievers.degraded.schedule import FollowsTrainingStep, Schedule, parse_schedule, query_rng
 from searchenv.retrievers.simulated.options import check_simulated_options
 from searchenv.retrievers.simulated.prompts import document_prompt
@@ -44,6 +47,10 @@ class SimulatedRetriever(FollowsTrainingStep):
         temperature: 0 (greedy, reproducible) by default.
         words: the length asked of each document (the reply is capped at ``2 * words`` tokens).
         mode / timeout / retries / concurrency: the endpoint's; device: the local model's.
+        cache, cache_mode: the answer store documents are recorded in and replayed from (see the module
+            docstring); ``None``: none.
+        check_on_start: whether the composition root (``gym.make``, the CLI, the trainers) checks the endpoint
+            with one one-token request when it builds the engine (never in ``replay``).
     """
 
     name = "simulated"
@@ -64,13 +71,16 @@ class SimulatedRetriever(FollowsTrainingStep):
         retries: int = 2,
         concurrency: int = 8,
         device: str = "",
+        cache: str | None = None,
+        cache_mode: str | None = None,
+        check_on_start: bool = True,
     ):
         options = {"url": url, "model": model, "p_noisy": p_noisy, "seed": seed, "temperature": temperature}
-        check_simulated_options({**options, "words": words, "mode": mode, "retries": retries})
+        check_simulated_options({**options, "words": words, "mode": mode, "retries": retries, "cache_mode": cache_mode})
         self.schedule: Schedule = parse_schedule(p_noisy, "simulated: p_noisy")
         self.seed = seed
         self.words = words
-        sampling = EvalSampling(temperature=temperature, max_new_tokens=2 * words, seed=seed)
+        sampling = SamplingSettings(temperature=temperature, max_new_tokens=2 * words, seed=seed)
         self.prompter = Prompter(
             url,
             model,  # type: ignore[arg-type]  # checked above
@@ -80,7 +90,10 @@ class SimulatedRetriever(FollowsTrainingStep):
             retries=retries,
             concurrency=concurrency,
             device=device,
+            store=AnswerStore(cache, cache_mode) if cache is not None or cache_mode else None,
+            store_kind="simulated",
         )
+        self.check_on_start = bool(check_on_start) and url is not None and cache_mode != "replay"
 
     @property
     def p_noisy(self) -> float:
@@ -95,18 +108,36 @@ class SimulatedRetriever(FollowsTrainingStep):
     def search(
         self, queries: Sequence[str], k: int, golds: Sequence[Sequence[str]] | None = None
     ) -> list[list[Passage]]:
+        queries, plan = self._plan(queries, k, golds)
+        return self._documents(queries, k, plan, self.prompter.ask([prompt for *_, prompt in plan], [_END]))
+
+    async def asearch(
+        self, queries: Sequence[str], k: int, golds: Sequence[Sequence[str]] | None = None
+    ) -> list[list[Passage]]:
+        """:meth:`search` for event loops: the documents' requests are awaited on the running loop."""
+        queries, plan = self._plan(queries, k, golds)
+        return self._documents(queries, k, plan, await self.prompter.aask([prompt for *_, prompt in plan], [_END]))
+
+    def _plan(
+        self, queries: Sequence[str], k: int, golds: Sequence[Sequence[str]] | None
+    ) -> tuple[list[str], list[tuple[int, int, str]]]:
+        """``(queries, [(query index, document index, prompt)])``: the documents to write."""
         queries = list(queries)
         golds = [()] * len(queries) if golds is None else [tuple(g) for g in golds]
         if len(golds) != len(queries):
             raise ValueError(f"simulated: got {len(golds)} gold lists for {len(queries)} queries; give one per query")
         plan = [
-            (q, i, noisy, document_prompt(query, i + 1, noisy, self.words, golds[q]))
+            (q, i, document_prompt(query, i + 1, noisy, self.words, golds[q]))
             for q, query in enumerate(queries)
             for i, noisy in enumerate(self.noisy_flags(query, k))
         ]
-        replies = self.prompter.ask([prompt for *_, prompt in plan], [_END])
+        return queries, plan
+
+    def _documents(
+        self, queries: list[str], k: int, plan: list[tuple[int, int, str]], replies: Sequence[str | PromptFailure]
+    ) -> list[list[Passage]]:
         results: list[list[Passage]] = [[] for _ in queries]
-        for (q, i, noisy, prompt), reply in zip(plan, replies):
+        for (q, i, prompt), reply in zip(plan, replies):
             if isinstance(reply, PromptFailure):
                 raise RuntimeError(f"simulated engine: no document for query {queries[q]!r}: {reply.reason}")
             text = " ".join(reply.strip().split(_END, 1)[0].split())  # one paragraph, whatever the server did
@@ -114,8 +145,17 @@ class SimulatedRetriever(FollowsTrainingStep):
                 results[q].append(Passage(self._id(prompt), queries[q].strip(), text, score=float(k - i)))
         return results
 
+    def check_reachable(self) -> None:
+        """One one-token request to the endpoint (``ConnectionError`` naming the cause and the fix)."""
+        self.prompter.check()
+
+    def close(self) -> None:
+        if self.prompter.store is not None:
+            self.prompter.store.close()
+
     def _id(self, prompt: str) -> str:
-        key = f"{self.prompter.identity}\x00{self.seed}\x00{prompt}"
+        # the model, not where it is served: a replay against another port (or none) names documents alike
+        key = f"{self.prompter.model}\x00{self.seed}\x00{prompt}"
         return "simulated-" + hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
 

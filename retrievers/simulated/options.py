@@ -25,12 +25,16 @@ SIMULATED_OPTIONS: dict[str, type] = {
     "retries": int,
     "concurrency": int,
     "device": str,
+    "cache": str,
+    "cache_mode": str,
+    "check_on_start": bool,
 }
 
 
 def check_simulated_options(options: Mapping[str, Any]) -> None:
     """Raise ``ValueError`` naming the fix for a missing model, a bad URL, ``p_noisy`` or size."""
-    from searchenv.evaluation.prompter import check_model_source
+    from searchenv.answer_store import CACHE_MODES
+    from searchenv.llm.local import check_model_source
 
     check_model_source(options.get("url"), options.get("model"), "retriever 'simulated'")
     if options.get("p_noisy") is not None:
@@ -42,3 +46,5 @@ def check_simulated_options(options: Mapping[str, Any]) -> None:
         number(options["temperature"], "simulated: temperature", 0, 2, fix="0 = greedy, reproducible")
     if options.get("mode") is not None:
         choice(options["mode"], "simulated: mode", ("chat", "completions"))
+    if options.get("cache_mode") is not None:
+        choice(options["cache_mode"], "simulated: cache_mode", CACHE_MODES)

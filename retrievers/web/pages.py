@@ -32,7 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
-from searchenv.retrievers.web.record import NotRecorded, Record, normal_url
+from searchenv.answer_store import AnswerStore, NotRecorded
+from searchenv.http.clients import http_client
+from searchenv.http.pacing import RequestPacer
+from searchenv.retrievers.web.record import normal_url
 from searchenv.types import Document
 
 if TYPE_CHECKING:
@@ -86,7 +89,7 @@ class PageReader:
     """Fetches pages under the limits above and extracts their main text.
 
     Args:
-        record: where pages are recorded and replayed from (:class:`~searchenv.retrievers.web.record.Record`).
+        record: where pages are recorded and replayed from (:class:`~searchenv.answer_store.AnswerStore`).
         timeout: seconds for one page, all of it (redirects and robots.txt included).
         connect_timeout: seconds to connect.
         max_bytes: most bytes read of one page.
@@ -99,7 +102,7 @@ class PageReader:
 
     def __init__(
         self,
-        record: Record | None = None,
+        record: AnswerStore | None = None,
         *,
         timeout: float = 15.0,
         connect_timeout: float = 5.0,
@@ -116,7 +119,7 @@ class PageReader:
                 f"concurrency >= 1; got timeout={timeout}, connect_timeout={connect_timeout}, "
                 f"max_bytes={max_bytes}, host_interval={host_interval}, concurrency={concurrency}"
             )
-        self.record = record if record is not None else Record(None)
+        self.record = record if record is not None else AnswerStore(None)
         self.timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
         self.max_bytes = int(max_bytes)
@@ -127,7 +130,7 @@ class PageReader:
         self.allow_private = bool(allow_private)
         self.requests = 0
         self._lock = threading.Lock()
-        self._next_start: dict[str, float] = {}
+        self._pacer = RequestPacer(self.host_interval)  # request starts to one host spaced by host_interval
         self._robots: dict[str, urllib.robotparser.RobotFileParser] = {}
         self._site_locks: dict[str, threading.Lock] = {}
         self._client: httpx.Client | None = None
@@ -153,8 +156,7 @@ class PageReader:
         try:
             url = url.strip()
             self._check_scheme(url)
-            key = {"url": normal_url(url), "max_bytes": self.max_bytes, "robots": self.respect_robots}
-            answer = self.record.through("page", key, lambda: self._fetch_recordable(url))
+            answer = self.record.through("page", self._record_key(url), lambda: self._fetch_recordable(url))
         except PageError as error:
             return error
         except NotRecorded as miss:
@@ -164,6 +166,18 @@ class PageReader:
         if "error" in answer:
             return PageError(answer["error"], answer["detail"])
         return Document(url, answer["title"], answer["text"])
+
+    def _record_key(self, url: str) -> dict[str, object]:
+        """What a page's stored answer depends on: its normalised URL, the size cap, robots, and the reach
+        settings that decide whether its host may be opened — a page stored where private hosts were allowed is
+        not served to a run that forbids them, and a ``blocked`` stored where they were forbidden is not served
+        to a run that allows them. (A public host under default settings keeps the key it always had.)"""
+        normal = normal_url(url)
+        key: dict[str, object] = {"url": normal, "max_bytes": self.max_bytes, "robots": self.respect_robots}
+        allowed = {urlsplit(normal_url(f"http://{host}")).netloc for host in self.allowed_hosts}
+        if self.allow_private or urlsplit(normal).netloc in allowed:
+            key["reach"] = "private allowed"
+        return key
 
     def _fetch_recordable(self, url: str) -> dict[str, str]:
         """The page as the record stores it: its title and text, or a refusal the page itself decided."""
@@ -258,11 +272,7 @@ class PageReader:
     def _wait_host(self, host: str) -> None:
         with self._lock:
             self.requests += 1
-            now = time.monotonic()
-            start = max(now, self._next_start.get(host, 0.0))
-            self._next_start[host] = start + self.host_interval
-        if start > now:
-            time.sleep(start - now)
+        self._pacer.wait(host)
 
     def _robots_allow(self, url: str, deadline: float) -> bool:
         parts = urlsplit(url)
@@ -299,11 +309,9 @@ class PageReader:
         return rules
 
     def _http(self) -> httpx.Client:
-        import httpx
-
         with self._lock:
-            if self._client is None:
-                self._client = httpx.Client(headers={"User-Agent": USER_AGENT}, follow_redirects=False)
+            if self._client is None:  # each request sets its own timeout, from the page's deadline
+                self._client = http_client(timeout=self.timeout, headers={"User-Agent": USER_AGENT})
             return self._client
 
 

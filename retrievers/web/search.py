@@ -5,9 +5,9 @@ how the answer becomes passages; :class:`WebSearchRetriever` does the rest, the 
 
 * one query is one request; a batch's queries run ``concurrency`` at a time, and ``min_interval`` spaces request
   starts for plans limited to N per second;
-* every request goes through :mod:`searchenv.retrievers.http.retry` (``Retry-After`` honoured, 429/503 retried,
+* every request goes through :mod:`searchenv.http.retry` (``Retry-After`` honoured, 429/503 retried,
   a refusal or a malformed answer not), and a query that still fails makes ``search`` raise
-  :class:`~searchenv.retrievers.http.retry.RetrievalUnavailable`, so no failure is mistaken for "no results";
+  :class:`~searchenv.http.retry.RetrievalUnavailable`, so no failure is mistaken for "no results";
 * every request goes through the record (:mod:`.record`) when ``cache=PATH`` is given, keyed by the normalised
   query and the backend's settings (never the key);
 * the key is read from the environment, sent only as the backend's header, and scrubbed from every error text;
@@ -22,16 +22,18 @@ import html
 import os
 import re
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
+from searchenv.answer_store import CACHE_MODES, AnswerStore, NotRecorded
 from searchenv.checks import positive_int
 from searchenv.corpus import Corpus
-from searchenv.retrievers.http.retry import (
+from searchenv.http.clients import http_client
+from searchenv.http.pacing import RequestPacer
+from searchenv.http.retry import (
     AttemptFailed,
     Retrier,
     RetrievalUnavailable,
@@ -40,7 +42,7 @@ from searchenv.retrievers.http.retry import (
     attempt_failed_from_status,
 )
 from searchenv.retrievers.web.pages import PageReader
-from searchenv.retrievers.web.record import CACHE_MODES, NotRecorded, Record, normal_query
+from searchenv.retrievers.web.record import normal_query, normal_url
 from searchenv.retrievers.web.summary import Summariser
 from searchenv.types import Document, Passage
 
@@ -147,15 +149,10 @@ class WebSearchRetriever:
         self.concurrency = int(concurrency)
         self.min_interval = float(min_interval)
         self.params = dict(params or {})
-        policy = RetryPolicy(
-            window=float(retry_window),
-            max_attempts=None if retries is None else int(retries) + 1,
-            backoff=float(backoff),
-            max_backoff=float(max_backoff),
-        )
-        self._retrier = Retrier(policy, seed)
+        policy = RetryPolicy.of(retry_window, retries, backoff, max_backoff)
+        self._retrier = Retrier(policy, seed, unavailable=RetrievalUnavailable)
         price = self.list_price_per_1k if price_per_1k is None else float(price_per_1k)
-        self.record = Record(cache, cache_mode, price_per_1k=price)
+        self.record = AnswerStore(cache, cache_mode, price_per_1k=price)
         if pages is not None and not isinstance(pages, dict):
             raise ValueError(f"pages must be a mapping of PageReader options, got {pages!r}")
         # A stand-in or a self-hosted instance on this machine serves the result pages too: allow its host.
@@ -168,7 +165,7 @@ class WebSearchRetriever:
         self.summariser = None if summariser is None else Summariser(record=self.record, **summariser)
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
-        self._next_start = 0.0
+        self._pacer = RequestPacer(self.min_interval)
 
     def __repr__(self) -> str:  # the key stays out of every printed form
         return f"{type(self).__name__}(url={self.url!r}, failures={self._retrier.failures})"
@@ -267,7 +264,7 @@ class WebSearchRetriever:
                 # what the answer depends on — never the API key, which travels only in a header
                 {
                     "backend": self.name,
-                    "url": request.url,
+                    "url": normal_url(request.url),  # a loopback service's port is not part of the key
                     "params": self.params,
                     "count": count,
                     "query": normal_query(query),
@@ -281,7 +278,7 @@ class WebSearchRetriever:
     def _attempt(self, request: WebRequest) -> list[Passage]:
         import httpx
 
-        self._wait_turn()
+        self._pacer.wait()  # request starts spaced by min_interval, across threads
         try:
             response = self._http().request(request.method, request.url, params=request.params, json=request.json)
         except httpx.HTTPError as exc:
@@ -300,17 +297,6 @@ class WebSearchRetriever:
             reason = f"not a {self.name} search answer ({kind}; {type(exc).__name__}: {str(exc)[:200]})"
             raise self._scrubbed(AttemptFailed("bad_response", reason, False)) from None
 
-    def _wait_turn(self) -> None:
-        """Space request starts by ``min_interval`` across threads (client-side rate limit)."""
-        if not self.min_interval:
-            return
-        with self._lock:
-            now = time.monotonic()
-            start = max(now, self._next_start)
-            self._next_start = start + self.min_interval
-        if start > now:
-            time.sleep(start - now)
-
     def _scrubbed(self, failure: AttemptFailed) -> AttemptFailed:
         """The failure with any echo of the key removed from its text (an error body might quote headers)."""
         if self._key:
@@ -318,11 +304,9 @@ class WebSearchRetriever:
         return failure
 
     def _http(self) -> httpx.Client:
-        import httpx
-
         with self._lock:
             if self._client is None:
-                self._client = httpx.Client(timeout=self.timeout, headers=self._headers(self._key))
+                self._client = http_client(timeout=self.timeout, headers=self._headers(self._key))
             return self._client
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 import hashlib
 import os
 
-from searchenv.evaluation.policies import EvalSampling
-from searchenv.evaluation.prompter import Prompter, PromptFailure
+from searchenv.answer_store import AnswerStore, NotRecorded
+from searchenv.llm.prompter import Prompter, PromptFailure
+from searchenv.llm.sampling import SamplingSettings
 from searchenv.retrievers.web.pages import PageError
-from searchenv.retrievers.web.record import NotRecorded, Record
+from searchenv.retrievers.web.record import normal_url
 from searchenv.types import Document
 
 __all__ = ["Summariser"]
@@ -53,7 +54,7 @@ class Summariser:
         min_words: int = 300,
         max_page_words: int = 8000,
         timeout: float = 60.0,
-        record: Record | None = None,
+        record: AnswerStore | None = None,
     ):
         if not str(url).startswith(("http://", "https://")) or not model:
             raise ValueError(
@@ -66,9 +67,9 @@ class Summariser:
         self.min_words = int(min_words)
         self.max_page_words = int(max_page_words)
         self.timeout = float(timeout)
-        self.record = record if record is not None else Record(None)
+        self.record = record if record is not None else AnswerStore(None)
         # the one OpenAI-compatible client (the judge's and the simulated engine's); temperature 0, so notes repeat
-        sampling = EvalSampling(temperature=0.0, max_new_tokens=2 * self.max_words)
+        sampling = SamplingSettings(temperature=0.0, max_new_tokens=2 * self.max_words)
         self.prompter = Prompter(self.url, self.model, sampling, timeout=self.timeout, api_key_env=api_key_env)
 
     def __repr__(self) -> str:
@@ -82,7 +83,7 @@ class Summariser:
         page = " ".join(words[: self.max_page_words])
         prompt = PROMPT.format(words=self.max_words, question=question, title=document.title, text=page)
         request = {
-            "url": self.url,
+            "url": normal_url(self.url),  # a loopback endpoint's port is not part of the key
             "model": self.model,
             "question": question,
             "page": hashlib.sha256(page.encode()).hexdigest(),

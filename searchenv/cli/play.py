@@ -54,6 +54,21 @@ def _end_message(env: Any, reward: float, info: dict[str, Any]) -> str:
     )
 
 
+def _failure_note(info: dict[str, Any]) -> str | None:
+    """What the person at the keyboard should know about a failed search or open that the model only sees as the
+    protocol's fixed error text: a replay miss reads as one, not as a dead backend."""
+    error = info.get("retrieval_error") or info.get("open_error")
+    if not error:
+        return None
+    what = "search" if info.get("retrieval_error") else "open"
+    if "not_recorded" in error:
+        # "<Error>: <short> (<detail>)": the detail's last part names what the record lacks
+        detail = error.split(" (", 1)[-1].removesuffix(")")
+        reason = detail.rsplit("last error: ", 1)[-1]
+        return f"[replay miss: {reason}; the model is shown the {what}-error text]"
+    return f"[{what} failed: {error}]"
+
+
 def run_play(args: argparse.Namespace) -> int:
     """Play ``args.episodes`` episodes; an empty line or Ctrl-D quits."""
     env = make_env(env_kwargs(args))
@@ -76,6 +91,9 @@ def run_play(args: argparse.Namespace) -> int:
             observation, reward, terminated, truncated, info = env.step(action)
             if observation:
                 print(observation, end="" if observation.endswith("\n") else "\n")
+            note = _failure_note(info)
+            if note:
+                print(note)
             done = terminated or truncated
         print(_end_message(env, reward, info))
     return 0

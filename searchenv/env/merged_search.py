@@ -13,15 +13,12 @@ episodes' gold answers go to engines that ask for them.
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import weakref
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
 from searchenv.env.step_rules import Found, arun_search
-from searchenv.retrievers.batching import MicroBatcher
+from searchenv.retrievers.batching import BatchersPerLoop, MicroBatcher, check_merge_window
 from searchenv.types import Retriever
 
 __all__ = ["DEFAULT_MERGER", "SearchMerger"]
@@ -50,44 +47,29 @@ class SearchMerger:
     """
 
     def __init__(self, wait_ms: float = 2.0, max_queries: int = 1024):
-        if not (isinstance(wait_ms, (int, float)) and 0 <= wait_ms < float("inf")):
-            raise ValueError(f"wait_ms must be a finite number of milliseconds >= 0, got {wait_ms!r}")
-        if not isinstance(max_queries, int) or max_queries < 1:
-            raise ValueError(f"max_queries must be a positive integer, got {max_queries!r}")
+        check_merge_window(wait_ms, max_queries, "max_queries")
         self.wait_ms = float(wait_ms)
         self.max_queries = max_queries
-        self._lock = threading.Lock()
-        self._batchers: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[int, tuple[Retriever, MicroBatcher[_Item, Found]]]
-        ] = weakref.WeakKeyDictionary()
+        self._batchers: BatchersPerLoop[_Item, Found] = BatchersPerLoop(self._new_batcher)
 
     async def search(self, retriever: Retriever, query: str, k: int, golds: Sequence[str], raise_errors: bool) -> Found:
         """One episode's search, as part of the next merged call: its passages, or the message of its failure
         (raised instead when ``raise_errors``), exactly as :func:`~searchenv.env.step_rules.run_search` reads it."""
-        (found,) = await self._batcher(retriever).submit([(query, tuple(golds))], (k, raise_errors))
+        (found,) = await self._batchers.get(retriever).submit([(query, tuple(golds))], (k, raise_errors))
         return found
 
     def stats(self) -> dict[str, int]:
         """Totals over the batchers of the event loops alive now (so call it inside the loop): gathered batches,
         engine calls (``calls``), episodes' searches (``requests``) and the queries they held."""
-        with self._lock:
-            batchers = [b for per_loop in list(self._batchers.values()) for _, b in per_loop.values()]
-        return {name: sum(getattr(b, name) for b in batchers) for name in ("batches", "calls", "requests", "queries")}
+        return self._batchers.totals(("batches", "calls", "requests", "queries"))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Batchers belong to this process's event loops; a copy in another process starts with none.
         return (SearchMerger, (self.wait_ms, self.max_queries))
 
-    def _batcher(self, retriever: Retriever) -> MicroBatcher[_Item, Found]:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            per_loop = self._batchers.setdefault(loop, {})
-            entry = per_loop.get(id(retriever))
-            if entry is None:  # the entry holds the retriever, so its id is not reused while the loop lives
-                run = partial(_search_merged, retriever)
-                batcher = MicroBatcher(run, max_wait_s=self.wait_ms / 1000, max_items=self.max_queries)
-                entry = per_loop[id(retriever)] = (retriever, batcher)
-        return entry[1]
+    def _new_batcher(self, retriever: Retriever) -> MicroBatcher[_Item, Found]:
+        run = partial(_search_merged, retriever)
+        return MicroBatcher(run, max_wait_s=self.wait_ms / 1000, max_items=self.max_queries)
 
 
 async def _search_merged(retriever: Retriever, key: _Key, items: list[_Item]) -> list[Found]:

@@ -18,6 +18,7 @@ from searchenv.checks import choice, integer, non_negative_int, positive_int
 from searchenv.components import env_components
 from searchenv.corpus import Corpus
 from searchenv.data.datasets import DEFAULT_SPLIT, example_from_row
+from searchenv.env.merged_scoring import DEFAULT_SCORE_MERGER, ScoreMerger, ascore_outcomes, scores_async
 from searchenv.env.merged_search import DEFAULT_MERGER, SearchMerger
 from searchenv.env.spaces import UnicodeText
 from searchenv.env.step_rules import (
@@ -167,6 +168,10 @@ class SearchQAEnv(gym.Env[str, str]):
         from searchenv.env import SearchMerger
         env.unwrapped.search_merger = SearchMerger(wait_ms=5.0)
 
+    The terminal step's reward is awaited the same way when the spec waits on a service (the LLM judge's
+    ``ascore_batch``): episodes that end together are judged in one concurrent batch while the loop keeps running
+    (:class:`~searchenv.env.merged_scoring.ScoreMerger`, held by ``score_merger``; ``truncate_async`` too).
+
     ```python
     >>> import asyncio
     >>> with gym.make("SearchQA-v0") as env:
@@ -192,6 +197,8 @@ class SearchQAEnv(gym.Env[str, str]):
     #: Merges the searches of concurrent :meth:`step_async` calls (see "Asynchronous stepping"); set it on an
     #: instance (``env.unwrapped.search_merger = SearchMerger(wait_ms=5)``) to change the wait window.
     search_merger: SearchMerger = DEFAULT_MERGER
+    #: Merges the terminal scoring of concurrent :meth:`step_async` calls whose reward spec has ``ascore_batch``.
+    score_merger: ScoreMerger = DEFAULT_SCORE_MERGER
 
     def __init__(
         self,
@@ -321,8 +328,10 @@ class SearchQAEnv(gym.Env[str, str]):
         Same result, ``info`` and errors as :meth:`step`, through the same step rules. The search never runs on
         the event loop (``asearch`` is awaited, any other engine's ``search`` runs in a worker thread), and
         searches of concurrent episodes that share this retriever object become one engine call
-        (:attr:`search_merger`). Nothing is applied until the search is back: a cancelled step leaves the
-        episode as it was, and a step whose episode was reset, closed or stepped meanwhile raises.
+        (:attr:`search_merger`). A terminal step's reward is awaited too when the spec has ``ascore_batch`` (the
+        LLM judge), merged with the episodes that end at nearly the same moment (:attr:`score_merger`). Nothing is
+        applied until the search and the scoring are back: a cancelled step leaves the episode as it was, and a
+        step whose episode was reset, closed or stepped meanwhile raises.
         """
         episode = self.episode
         plan = plan_step(self, episode, action)
@@ -334,13 +343,17 @@ class SearchQAEnv(gym.Env[str, str]):
             found = await self.search_merger.search(self.retriever, plan.query, self.topk, golds, raises)
         elif plan.open_ref is not None:
             (found,) = await arun_open(self.opener, [plan.open_ref], raises, [episode.example.question])
-        if plan.query is not None or plan.open_ref is not None:
-            if self._episode is not episode or len(episode.turns) != turns:
-                raise RuntimeError(
-                    "the episode was reset, closed or stepped while this step_async was searching, so the step was "
-                    "not applied; await each step of an environment before its next step or reset"
-                )
-        return self.apply_step(step_outcome(self, episode, plan, found))
+        waited = plan.query is not None or plan.open_ref is not None
+        outcome = step_outcome(self, episode, plan, found, score=not scores_async(self.reward_spec))
+        if outcome.rollout is not None and outcome.reward is None:
+            await ascore_outcomes([self.reward_spec], [outcome], self.score_merger)
+            waited = True
+        if waited and (self._episode is not episode or len(episode.turns) != turns):
+            raise RuntimeError(
+                "the episode was reset, closed or stepped while this step_async was searching or being scored, so "
+                "the step was not applied; await each step of an environment before its next step or reset"
+            )
+        return self.apply_step(outcome)
 
     def apply_step(self, outcome: StepOutcome) -> StepResult:
         """Write a step's outcome (see :mod:`.step_rules`) to the episode and return the step tuple: the last
@@ -384,6 +397,8 @@ class SearchQAEnv(gym.Env[str, str]):
         info["end_reason"] = episode.end_reason
         info["prediction"] = record.prediction
         info["reward_parts"] = parts
+        if reward.notes:  # e.g. why the judge gave no verdict
+            info["reward_notes"] = dict(reward.notes)
         info["episode_metrics"] = episode.metrics(record)
         # An ended episode is terminated (an answer) or truncated, never both: ``not truncated`` is
         # ``episode.terminated`` without reading the turns again.
@@ -405,13 +420,32 @@ class SearchQAEnv(gym.Env[str, str]):
         budget: the episode gets its terminal reward like any other, so every sample of a batch carries a
         reward and the same parts. ``reason`` is ``"trainer_cut"`` or ``"context_limit"`` (the context is full).
         """
+        rollout = self._to_truncate(reason)
+        return self._truncated(reason, rollout, self.reward_spec(rollout))
+
+    async def truncate_async(self, reason: EndReason = "trainer_cut") -> StepResult:
+        """:meth:`truncate` for coroutines: a reward spec with ``ascore_batch`` (the LLM judge) is awaited, merged
+        with the other episodes that end at nearly the same moment, so the event loop keeps running."""
+        rollout = self._to_truncate(reason)
+        if not scores_async(self.reward_spec):
+            return self._truncated(reason, rollout, self.reward_spec(rollout))
+        episode = self.episode
+        turns = len(episode.turns)
+        result = await self.score_merger.score(self.reward_spec, rollout)
+        if self._episode is not episode or len(episode.turns) != turns or episode.done:
+            raise RuntimeError("the episode was reset, closed, stepped or ended while truncate_async scored it")
+        return self._truncated(reason, rollout, result)
+
+    def _to_truncate(self, reason: EndReason) -> Rollout:
+        """The running episode's rollout, once ``reason`` and the episode are checked."""
         if reason not in ("trainer_cut", "context_limit"):
             raise ValueError(f"truncate(reason=...) takes 'trainer_cut' or 'context_limit', got {reason!r}")
-        episode = self.episode
-        if episode.done:
+        if self.episode.done:
             raise RuntimeError("the episode has already ended")
-        rollout = Rollout.from_episode(episode)
-        result = self.reward_spec(rollout)
+        return Rollout.from_episode(self.episode)
+
+    def _truncated(self, reason: EndReason, rollout: Rollout, result: RewardResult) -> StepResult:
+        episode = self.episode
         episode.truncated = True
         episode.end_reason = reason
         info = {"action": None, "query": None, "passage_ids": [], "dropped_text": ""}

@@ -28,9 +28,9 @@ from typing import Any, NamedTuple, Protocol
 from searchenv.episode.episode import Episode
 from searchenv.episode.rollout import RewardResult, Rollout
 from searchenv.episode.turns import Facts, Turn
+from searchenv.http.retry import RetrievalUnavailable
 from searchenv.protocol import ParsedAction, parse_action
 from searchenv.protocol import Protocol as ActionProtocol
-from searchenv.retrievers.http.retry import RetrievalUnavailable
 from searchenv.types import (
     AsyncDocumentOpener,
     AsyncRetriever,

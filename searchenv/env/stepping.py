@@ -18,9 +18,11 @@ import asyncio
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
+from searchenv.env.merged_scoring import ascore_outcomes
 from searchenv.env.search_qa import SearchQAEnv
 from searchenv.env.step_rules import (
     Found,
+    StepOutcome,
     StepPlan,
     StepResult,
     arun_open,
@@ -60,7 +62,8 @@ def step_batch(envs: Sequence[Any], actions: Sequence[str]) -> list[StepResult]:
 async def step_batch_async(envs: Sequence[Any], actions: Sequence[str]) -> list[StepResult]:
     """:func:`step_batch` for event loops: searches run concurrently and never block the loop.
 
-    A retriever with an ``asearch`` coroutine (the HTTP client) is awaited; any other runs in a worker thread.
+    A retriever with an ``asearch`` coroutine (the HTTP client) is awaited; any other runs in a worker thread. The
+    episodes the step ends are scored with a spec's ``ascore_batch`` when it has one (the LLM judge: awaited).
     """
     unwrapped, plans = _plan_all(envs, actions)
     groups = _search_groups(unwrapped, plans)
@@ -84,7 +87,9 @@ async def step_batch_async(envs: Sequence[Any], actions: Sequence[str]) -> list[
         if isinstance(results, BaseException):
             raise results
         found.update(zip(group, results))
-    return _apply_all(unwrapped, plans, found)
+    outcomes = _outcomes(unwrapped, plans, found)
+    await ascore_outcomes([env.reward_spec for env in unwrapped], outcomes)  # a judge is awaited, not blocked on
+    return [env.apply_step(outcome) for env, outcome in zip(unwrapped, outcomes)]
 
 
 def _unwrap(envs: Sequence[Any]) -> list[SearchQAEnv]:
@@ -132,12 +137,17 @@ def _raises(envs: Sequence[SearchQAEnv], group: list[int]) -> bool:
     return any(envs[i].on_retrieval_error == "raise" for i in group)
 
 
-def _apply_all(envs: Sequence[SearchQAEnv], plans: Sequence[StepPlan], found: dict[int, Found]) -> list[StepResult]:
-    """Every outcome, the episodes this step ends scored together (one ``score_batch`` call per reward spec that
-    has one: the judge's requests for the batch go out concurrently), then all applied."""
-    outcomes = [
+def _outcomes(envs: Sequence[SearchQAEnv], plans: Sequence[StepPlan], found: dict[int, Found]) -> list[StepOutcome]:
+    """Every episode's outcome, not yet scored nor applied."""
+    return [
         step_outcome(env, env.episode, plan, found.get(i), score=False)
         for i, (env, plan) in enumerate(zip(envs, plans))
     ]
+
+
+def _apply_all(envs: Sequence[SearchQAEnv], plans: Sequence[StepPlan], found: dict[int, Found]) -> list[StepResult]:
+    """Every outcome, the episodes this step ends scored together (one ``score_batch`` call per reward spec that
+    has one: the judge's requests for the batch go out concurrently), then all applied."""
+    outcomes = _outcomes(envs, plans, found)
     score_outcomes([env.reward_spec for env in envs], outcomes)
     return [env.apply_step(outcome) for env, outcome in zip(envs, outcomes)]

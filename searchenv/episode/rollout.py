@@ -11,7 +11,7 @@ inserted by the environment (see ``docs/rewards.md``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, runtime_checkable
 from typing import Protocol as TypingProtocol
@@ -184,11 +184,36 @@ def _split_at_spans(response: str, env_spans: Sequence[tuple[int, int]]) -> list
     return pieces
 
 
+class _NoNotes(Mapping[str, str]):
+    """The empty, read-only notes of a result without any (one shared instance; picklable)."""
+
+    def __getitem__(self, key: str) -> str:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "{}"
+
+    def __reduce__(self) -> str:
+        return "NO_NOTES"
+
+
+NO_NOTES: Mapping[str, str] = _NoNotes()
+
+
 class RewardResult(NamedTuple):
-    """A scalar reward and the named parts it was made of (logged by adapters for dashboards)."""
+    """A scalar reward, the named parts it was made of (logged by adapters for dashboards), and notes: words on
+    how it was decided that a number cannot carry (the judge's fallback reason), shown in
+    ``info["reward_notes"]``."""
 
     reward: float
     parts: Mapping[str, float]
+    notes: Mapping[str, str] = NO_NOTES
 
 
 @runtime_checkable
@@ -198,6 +223,9 @@ class RewardSpec(TypingProtocol):
     A spec may also have ``score_batch(rollouts) -> list[RewardResult]`` (one result per rollout, in order, each
     equal to what the call gives alone): the environment then scores the episodes that end in the same batch step
     in one call (:func:`searchenv.env.step_rules.score_outcomes`), as the LLM judge needs to ask concurrently.
+    A spec that waits on a service may also have the coroutine ``ascore_batch(rollouts)`` (the same results):
+    ``step_async`` and ``step_batch_async`` await it, the episodes that end at nearly the same moment merged into
+    one call (:mod:`searchenv.env.merged_scoring`), so the event loop keeps running while they are scored.
     """
 
     name: str

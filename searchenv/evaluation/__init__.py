@@ -5,14 +5,16 @@ transcript viewer. Nothing heavy is imported here.
 
 from searchenv.evaluation.checkpoint import RUN_FILE, read_run_settings
 from searchenv.evaluation.evalset import EVAL_DATASETS, build_eval_set, write_eval_set
-from searchenv.evaluation.policies import Context, EndpointPolicy, EvalSampling, Generation, LocalPolicy, Policy
+from searchenv.evaluation.policies import Context, EndpointPolicy, Generation, LocalPolicy, Policy
+from searchenv.imports import moved
+from searchenv.llm.sampling import SamplingSettings
 
 __all__ = [
     "EVAL_DATASETS",
     "RUN_FILE",
     "Context",
     "EndpointPolicy",
-    "EvalSampling",
+    "SamplingSettings",
     "Generation",
     "LocalPolicy",
     "Policy",
@@ -20,3 +22,6 @@ __all__ = [
     "read_run_settings",
     "write_eval_set",
 ]
+
+#: ``EvalSampling`` is :class:`searchenv.llm.sampling.SamplingSettings` now (deprecated alias).
+__getattr__ = moved(__name__, {"EvalSampling": "searchenv.llm.sampling:SamplingSettings"})

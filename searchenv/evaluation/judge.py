@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from searchenv.evaluation.policies import PolicyError
 from searchenv.reward_specs.judging.judge import Case, Judge
 from searchenv.reward_specs.judging.prompt import judge_prompt
 
@@ -21,8 +22,12 @@ class LLMJudge:
         self.judge = Judge(url, model, mode=mode, **endpoint_options)
 
     def check(self) -> None:
-        """Fail now, naming the cause, when the judge's endpoint cannot be reached."""
-        self.judge.check()
+        """Fail now (:class:`~searchenv.evaluation.policies.PolicyError`, naming the cause and the fix) when the
+        judge's endpoint cannot answer."""
+        try:
+            self.judge.check()
+        except ConnectionError as exc:
+            raise PolicyError(f"--judge-url: {exc}") from None
 
     def __call__(self, records: list[dict[str, Any]]) -> None:
         cases = [Case(r["question"], tuple(r["golden_answers"]), r.get("prediction")) for r in records]

@@ -15,18 +15,21 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 from typing import Protocol as TypingProtocol
 
+from searchenv.imports import moved
+from searchenv.llm.blocking import run_coroutine
+from searchenv.llm.client import MODES, EndpointClient, EndpointUnavailable
+from searchenv.llm.local import local_device, model_window
+from searchenv.llm.sampling import SamplingSettings
 from searchenv.rollout.sampling import GeneratedTurn, SamplingConfig, TurnGenerator
 
 __all__ = [
     "Context",
     "EndpointPolicy",
-    "EvalSampling",
     "Generation",
     "LocalPolicy",
     "Policy",
@@ -65,23 +68,6 @@ class Generation:
     text: str
     num_tokens: int
     finish_reason: str
-
-
-@dataclass(frozen=True)
-class EvalSampling:
-    """Decoding settings for evaluation (the papers evaluate at low temperature; 0 = greedy)."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_new_tokens: int = 500
-    max_total_tokens: int = 4096
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise ValueError(f"temperature must be >= 0 and top_p in (0, 1]; got {self.temperature}, {self.top_p}")
-        if self.max_new_tokens < 1 or self.max_total_tokens < 2:
-            raise ValueError("max_new_tokens must be >= 1 and max_total_tokens >= 2")
 
 
 class Policy(TypingProtocol):
@@ -126,7 +112,7 @@ class LocalPolicy:
         self,
         model: Any,
         tokenizer: Any,
-        sampling: EvalSampling,
+        sampling: SamplingSettings,
         chat_template: bool | None,
         name: str,
         on_tokens: Callable[[int], None] | None = None,
@@ -141,7 +127,7 @@ class LocalPolicy:
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             max_new_tokens=sampling.max_new_tokens,
-            max_total_tokens=min(sampling.max_total_tokens, _model_window(model)),
+            max_total_tokens=min(sampling.max_total_tokens, model_window(model)),
             chat_template=chat_template,
         )
         self.generator = _Streaming(HFGenerator(model, tokenizer, self.sampling), self)
@@ -150,7 +136,7 @@ class LocalPolicy:
     def load(
         cls,
         model: str,
-        sampling: EvalSampling,
+        sampling: SamplingSettings,
         chat_template: bool | None,
         name: str | None = None,
         device: str = "",
@@ -177,25 +163,13 @@ class _Streaming:
         return self.engine.generate(contexts, stop_strings, max_new_tokens, self._policy.on_tokens)
 
 
-def local_device() -> str:
-    """Where a local policy runs unless ``--device`` says otherwise: the GPU when there is one."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _model_window(model: Any) -> int:
-    """The model's context length, so long episodes end as truncated instead of crashing the engine."""
-    return int(getattr(model.config, "max_position_embeddings", None) or 1 << 30)
-
-
 class VLLMPolicy:
     """A ``vllm.LLM`` engine (``pip install 'searchenv[vllm]'``; GPU), played through the training token path.
 
     Never run in this project's tests: no GPU with vLLM was available.
     """
 
-    def __init__(self, model: str, sampling: EvalSampling, chat_template: bool | None, name: str | None = None):
+    def __init__(self, model: str, sampling: SamplingSettings, chat_template: bool | None, name: str | None = None):
         try:
             import vllm
         except ImportError as exc:
@@ -214,7 +188,9 @@ class VLLMPolicy:
 
 
 class EndpointPolicy:
-    """Any OpenAI-compatible server (vLLM serve, SGLang, llama.cpp, ``transformers serve``) over HTTP.
+    """Any OpenAI-compatible server (vLLM serve, SGLang, llama.cpp, ``transformers serve``) over HTTP, through the
+    LLM client (:class:`searchenv.llm.client.EndpointClient`: one pooled connection per event loop, retries by
+    the one retry policy, :mod:`searchenv.http.retry`).
 
     ``mode="completions"`` posts ``/v1/completions`` with the conversation as one text (wrapped in the chat
     template when ``chat_template`` is on, which needs ``tokenizer``, a local tokenizer directory). This is the
@@ -223,18 +199,18 @@ class EndpointPolicy:
     last, and continuing it needs a server that honours ``continue_final_message`` (vLLM, SGLang: pass
     ``extra_body={"continue_final_message": True, "add_generation_prompt": False}``).
 
-    Up to ``concurrency`` requests run at once; connection errors, timeouts, 429 and 5xx are retried
-    ``retries`` times with exponential backoff (honouring ``Retry-After``); other 4xx fail at once with the
-    server's message. The key comes from ``api_key_env`` (default ``OPENAI_API_KEY``) and is never logged.
-    Servers that strip the stop string from the text (the OpenAI default) and report it as vLLM's
-    ``stop_reason`` get it put back, so the environment sees a complete closing tag.
+    Up to ``concurrency`` requests run at once; connection errors, timeouts, 429, 502, 503 and 504 are retried
+    ``retries`` times within ``retry_window`` seconds (``Retry-After`` honoured, in seconds or as an HTTP date);
+    other 4xx fail at once with the server's message. The key comes from ``api_key_env`` (default
+    ``OPENAI_API_KEY``) and is never logged. Servers that strip the stop string from the text (the OpenAI default)
+    and report it as vLLM's ``stop_reason`` get it put back, so the environment sees a complete closing tag.
     """
 
     def __init__(
         self,
         url: str,
         model: str,
-        sampling: EvalSampling,
+        sampling: SamplingSettings,
         *,
         mode: str = "completions",
         chat_template: bool | None = False,
@@ -243,11 +219,12 @@ class EndpointPolicy:
         retries: int = 4,
         timeout: float = 120.0,
         backoff: float = 0.5,
+        retry_window: float = 300.0,
         extra_body: dict[str, Any] | None = None,
         api_key_env: str = "OPENAI_API_KEY",
         name: str | None = None,
     ):
-        if mode not in ("completions", "chat"):
+        if mode not in MODES:
             raise ValueError(f"endpoint mode must be 'completions' or 'chat', got {mode!r}")
         if mode == "completions" and chat_template and tokenizer is None:
             raise ValueError(
@@ -258,116 +235,74 @@ class EndpointPolicy:
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(tokenizer)
-        self.url = url.rstrip("/")
-        if self.url.endswith("/v1"):
-            self.url = self.url[:-3]
-        self.model = model
-        self.sampling = sampling
-        self.mode = mode
+        self.client = EndpointClient(
+            url,
+            model,
+            sampling,
+            mode=mode,
+            timeout=timeout,
+            retry_window=retry_window,
+            retries=retries,
+            backoff=backoff,
+            concurrency=concurrency,
+            extra_body=extra_body,
+            api_key_env=api_key_env,
+        )
+        self.url, self.model, self.sampling, self.mode = self.client.url, model, sampling, mode
         self.chat_template = chat_template
         self.tokenizer = tokenizer
-        self.concurrency = concurrency
         self.retries = retries
-        self.timeout = timeout
-        self.backoff = backoff
-        self.extra_body = dict(extra_body or {})
-        self._api_key = os.environ.get(api_key_env)
         self.name = name or f"{model}@{self.url}"
 
-    # -- requests ---------------------------------------------------------------------------------------------
-    def _body(self, context: Context, stop: Sequence[str], max_tokens: int | None = None) -> tuple[str, dict]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "max_tokens": max_tokens or self.sampling.max_new_tokens,
-            "temperature": self.sampling.temperature,
-            "top_p": self.sampling.top_p,
-            "seed": self.sampling.seed,
-        }
-        if stop:  # some servers fail on an empty list
-            body["stop"] = list(stop)
-        if self.mode == "completions":
-            text = _chat_text(self.tokenizer, context, self.chat_template) if self.tokenizer else None
-            body["prompt"] = text if text is not None else context.prompt + context.response
-            path = "/v1/completions"
-        else:
-            messages = [{"role": "user", "content": context.prompt}]
-            if context.response:
-                messages.append({"role": "assistant", "content": context.response})
-            body["messages"] = messages
-            if context.tools:
-                body["tools"] = context.tool_schemas
-            path = "/v1/chat/completions"
-        body.update(self.extra_body)
-        return path, body
-
-    async def _post(self, client: Any, path: str, body: dict) -> dict:
-        import httpx
-
-        last = ""
-        for attempt in range(self.retries + 1):
-            delay = self.backoff * 2**attempt * (1 + 0.25 * random.random())
-            try:
-                response = await client.post(self.url + path, json=body)
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.status_code == 200:
-                    try:
-                        return response.json()
-                    except json.JSONDecodeError:
-                        raise PolicyError(f"{self.url}{path} answered 200 with a body that is not JSON") from None
-                last = f"HTTP {response.status_code}: {response.text[:300]}"
-                if response.status_code != 429 and response.status_code < 500:
-                    raise PolicyError(f"{self.url}{path} rejected the request ({last}); check --endpoint-model/mode")
-                retry_after = response.headers.get("retry-after", "")
-                if retry_after.replace(".", "", 1).isdigit():
-                    delay = max(delay, float(retry_after))
-            if attempt < self.retries:
-                await asyncio.sleep(delay)
-        raise PolicyError(
-            f"the endpoint {self.url} did not answer after {self.retries + 1} tries ({last}); is the server running "
-            "and reachable? (finished episodes are kept; rerun the same command to resume)"
-        )
-
-    def _parse(self, reply: dict, stop: Sequence[str]) -> Generation:
-        try:
-            choice = reply["choices"][0]
-            text = choice["text"] if self.mode == "completions" else (choice["message"].get("content") or "")
-        except (KeyError, IndexError, TypeError, AttributeError):
-            raise PolicyError(f"{self.url}: not an OpenAI-compatible reply: {str(reply)[:300]}") from None
-        matched = choice.get("stop_reason")
-        if isinstance(matched, str) and matched in stop and not any(s in text for s in stop):
-            text += matched  # the server removed the stop string it stopped at
-        usage = reply.get("usage") or {}
-        tokens = int(usage.get("completion_tokens") or 0)
-        return Generation(text, tokens, "length" if choice.get("finish_reason") == "length" else "stop")
-
     async def agenerate(self, contexts: Sequence[Context], stop: Sequence[str]) -> list[Generation]:
-        import httpx
-
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        gate = asyncio.Semaphore(self.concurrency)
-        limits = httpx.Limits(max_connections=self.concurrency)
-        async with httpx.AsyncClient(timeout=self.timeout, headers=headers, limits=limits) as client:
-
-            async def one(context: Context) -> Generation:
-                path, body = self._body(context, stop)
-                async with gate:
-                    return self._parse(await self._post(client, path, body), stop)
-
-            return list(await asyncio.gather(*(one(c) for c in contexts)))
+        """One generation per context, the requests awaited concurrently on the running event loop."""
+        return list(await asyncio.gather(*(self._one(context, stop) for context in contexts)))
 
     def generate(self, contexts: Sequence[Context], stop: Sequence[str]) -> list[Generation]:
-        return asyncio.run(self.agenerate(contexts, stop))
+        async def once() -> list[Generation]:
+            try:
+                return await self.agenerate(contexts, stop)
+            finally:
+                await self.client.aclose()
+
+        return run_coroutine(once)
 
     def check(self) -> None:
-        """One one-token request, so a dead or misconfigured endpoint fails before any work starts."""
-        import httpx
+        """One one-token request (with the policy's retries), so a dead or misconfigured endpoint fails before
+        any work starts."""
 
-        async def probe() -> None:
-            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-            async with httpx.AsyncClient(timeout=self.timeout, headers=headers) as client:
-                path, body = self._body(Context("Hello", ""), [], max_tokens=1)
-                await self._post(client, path, body)
+        async def once() -> None:
+            try:
+                await self._one(Context("Hello", ""), (), max_tokens=1)
+            finally:
+                await self.client.aclose()
 
-        asyncio.run(probe())
+        run_coroutine(once)
+
+    async def _one(self, context: Context, stop: Sequence[str], max_tokens: int | None = None) -> Generation:
+        if self.mode == "completions" and self.tokenizer is not None:
+            prompt, response = _chat_text(self.tokenizer, context, self.chat_template), ""
+        else:
+            prompt, response = context.prompt, context.response
+        try:
+            reply = await self.client.acomplete(
+                prompt, response=response, stop=stop, tools=context.tool_schemas, max_tokens=max_tokens
+            )
+        except EndpointUnavailable as exc:
+            raise PolicyError(self._explain(exc)) from None
+        return Generation(reply.text, reply.num_tokens, reply.finish_reason)
+
+    def _explain(self, error: EndpointUnavailable) -> str:
+        """The operator's message for a request that got no generation: the cause and the fix."""
+        if error.kind in ("refused", "unauthorized"):
+            return f"{error.endpoint} rejected the request ({error.reason}); check --endpoint-model/mode"
+        if error.kind == "bad_response":
+            return f"{error.endpoint}: {error.reason}"
+        return (
+            f"the endpoint {self.url} did not answer after {error.attempts} tries ({error.reason}); is the server "
+            "running and reachable? (finished episodes are kept; rerun the same command to resume)"
+        )
+
+
+#: ``EvalSampling`` is :class:`searchenv.llm.sampling.SamplingSettings` now (deprecated alias).
+__getattr__ = moved(__name__, {"EvalSampling": "searchenv.llm.sampling:SamplingSettings"})

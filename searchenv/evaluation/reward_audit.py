@@ -5,7 +5,9 @@ answers, or farm a retrieval bonus instead of answering. This module asks a rewa
 training run does: each policy below plays every question of a dataset through :class:`~searchenv.env.SearchQAEnv`
 (the real parser, search engine, format check and reward — no hand-built rollouts), and a hack is *exploitable*
 when its mean reward is higher than that of an honest policy that answers wrong. An honest oracle (searches,
-answers the gold) shows the reward the hacks compete against.
+answers the gold) shows the reward the hacks compete against. With an LLM judge the honest wrong answer is itself
+checked first: a judge that calls it right (a judge that says yes to everything) is the first exploit named,
+since then no hack needs to earn more than it.
 
 The policies are scripts, not models; they use only what a policy sees (the question, the passages shown),
 except where a hack is about *how* a right answer is given (stuffing, over-long, inside ``think``): those are
@@ -178,7 +180,8 @@ class AuditTable:
 
     @property
     def exploits(self) -> list[str]:
-        """Names of the hacks that earn more than an honest wrong answer."""
+        """Names of the hacks that earn more than an honest wrong answer — first ``honest-wrong`` itself when the
+        reward's judge calls a wrong answer right (then no hack needs to beat it)."""
         return [row.policy.name for row in self.rows if row.exploitable]
 
     def markdown(self) -> str:
@@ -192,6 +195,8 @@ class AuditTable:
         ]
         for row in self.rows:
             verdict = "EXPLOITABLE" if row.exploitable else ("baseline" if not row.policy.hack else "ok")
+            if row.exploitable and not row.policy.hack:
+                verdict = "EXPLOITABLE (pays a wrong answer)"
             fallbacks = f" {row.judge_fallbacks} |" if judged else ""
             lines.append(
                 f"| {row.policy.name} | {row.policy.description} | {row.mean_reward:.3f} | "
@@ -215,6 +220,7 @@ class _Played(NamedTuple):
     reward: float
     searches: int
     judge_fallback: float | None  # reward_parts["judge_fallback"], for a judge reward
+    judge: float | None  # reward_parts["judge"]: the verdict used, for a judge reward
 
 
 def _play(envs: Sequence[SearchQAEnv], policy: Policy, wrongs: Sequence[str]) -> list[_Played]:
@@ -236,8 +242,10 @@ def _play(envs: Sequence[SearchQAEnv], policy: Policy, wrongs: Sequence[str]) ->
         results = step_batch([envs[i] for i in active], [policy.act(seen[i]) for i in active])
         for i, (observation, reward, terminated, truncated, info) in zip(active, results):
             if terminated or truncated:
-                fallback = info["reward_parts"].get("judge_fallback")
-                played[i] = _Played(float(reward), int(info["num_searches"]), fallback)
+                parts = info["reward_parts"]
+                played[i] = _Played(
+                    float(reward), int(info["num_searches"]), parts.get("judge_fallback"), parts.get("judge")
+                )
             else:
                 seen[i].observations.append(observation)
         active = [i for i in active if i not in played]
@@ -297,17 +305,28 @@ def audit_reward(
     played = {policy.name: _play(envs, policy, wrongs) for policy in policies}
     means = {name: sum(p.reward for p in episodes) / count for name, episodes in played.items()}
     baseline = means.get("honest-wrong")
+
+    def exploitable(policy: Policy) -> bool:
+        if policy.name == "honest-wrong":  # a judge that calls a wrong answer right is the first hack to name
+            return _pays_wrong(played[policy.name])
+        return policy.hack and baseline is not None and means[policy.name] > baseline + 1e-9
+
     rows = tuple(
         AuditRow(
             policy,
             means[policy.name],
             sum(p.searches for p in played[policy.name]) / count,
-            policy.hack and baseline is not None and means[policy.name] > baseline + 1e-9,
+            exploitable(policy),
             _fallbacks(played[policy.name]),
         )
         for policy in policies
     )
     return AuditTable(name, protocol_name, str(dataset), count, rows)
+
+
+def _pays_wrong(episodes: Sequence[_Played]) -> bool:
+    """Whether a judge said yes to any honest wrong answer (the answers are chosen to match no gold)."""
+    return any(p.judge == 1.0 and p.judge_fallback == 0.0 for p in episodes)
 
 
 def _fallbacks(episodes: Sequence[_Played]) -> int | None:

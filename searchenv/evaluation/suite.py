@@ -21,7 +21,7 @@ from searchenv.env.defaults import env_default
 from searchenv.evaluation.baselines import METHODS
 from searchenv.evaluation.checkpoint import REPLAYED, TOKEN_BUDGET, read_run_settings, replay_settings
 from searchenv.evaluation.evalset import eval_split, subsample
-from searchenv.evaluation.policies import EndpointPolicy, EvalSampling, LocalPolicy, Policy, VLLMPolicy
+from searchenv.evaluation.policies import EndpointPolicy, LocalPolicy, Policy, VLLMPolicy
 from searchenv.evaluation.progress import EvalProgress
 from searchenv.evaluation.report import (
     markdown_report,
@@ -33,6 +33,7 @@ from searchenv.evaluation.report import (
 )
 from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, run_cell
 from searchenv.imports import moved
+from searchenv.llm.sampling import SamplingSettings
 from searchenv.retrievers import route_options
 from searchenv.types import QAExample
 
@@ -173,11 +174,12 @@ def _settings(
     return settings, [str(m) for m in mismatches], trained.get("retriever")
 
 
-def _sampling(args: argparse.Namespace, settings: dict[str, Any]) -> EvalSampling:
+def _sampling(args: argparse.Namespace, settings: dict[str, Any]) -> SamplingSettings:
     """Decoding settings: the token budget of ``settings`` (a model's replayed ones, or the run's defaults) unless
     the command line gives one."""
     budget = {k: settings[k] if getattr(args, k) is None else getattr(args, k) for k in TOKEN_BUDGET}
-    return EvalSampling(args.temperature, args.top_p, budget["max_new_tokens"], budget["max_total_tokens"], args.seed)
+    tokens = budget["max_new_tokens"], budget["max_total_tokens"]
+    return SamplingSettings(args.temperature, args.top_p, *tokens, args.seed)
 
 
 def _policy(args: argparse.Namespace, model: ModelSpec, settings: dict[str, Any], progress: EvalProgress) -> Policy:
@@ -191,7 +193,9 @@ def _policy(args: argparse.Namespace, model: ModelSpec, settings: dict[str, Any]
     return _endpoint(args, model, sampling, chat_template)
 
 
-def _endpoint(args: argparse.Namespace, model: ModelSpec, sampling: EvalSampling, chat: bool | None) -> EndpointPolicy:
+def _endpoint(
+    args: argparse.Namespace, model: ModelSpec, sampling: SamplingSettings, chat: bool | None
+) -> EndpointPolicy:
     if not args.endpoint:
         raise ValueError("--policy endpoint needs --endpoint URL (an OpenAI-compatible server)")
     extra = json.loads(args.endpoint_extra) if args.endpoint_extra else None

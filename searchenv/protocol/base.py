@@ -22,7 +22,7 @@ from searchenv.protocol.scan import TagScanner
 from searchenv.protocol.tools import OPEN, tool_named
 from searchenv.types import Document, Passage
 
-__all__ = ["OPEN_TOOL_NAME", "ActionKind", "AnswerMode", "ParsedAction", "Protocol"]
+__all__ = ["OPEN_TOOL_NAME", "ActionKind", "AnswerMode", "ParsedAction", "Protocol", "defuse_chat_control"]
 
 ActionKind = Literal["search", "open", "answer", "invalid"]
 #: The name of the tool that opens a result in tool-call protocols (the tag protocols' ``<access>``); it was
@@ -315,6 +315,13 @@ class Protocol:
             return body[: len(body) - len(tail)]
         close = body.rfind(close_tag)
         return body if close < 0 else body[:close]
+
+
+def defuse_chat_control(text: str) -> str:
+    """Chat-template control strings (``<|im_end|>``, ``<｜end▁of▁sentence｜>``, ``</s>``) in ``text`` defused with
+    single guillemets, as :meth:`Protocol.neutralise` does: for text inserted into a prompt outside any protocol
+    (a candidate answer in the judge's prompt)."""
+    return _CHAT_CONTROL.sub(_guillemets, text) if "<" in text else text
 
 
 def _guillemets(match: re.Match[str]) -> str:
