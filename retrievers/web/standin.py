@@ -260,8 +260,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(503, b'{"message": "Overloaded"}', "application/json")
         elif name == "forbidden":  # a SearXNG instance without the JSON format enabled
             self._send(403, b"<html><body>403 Forbidden</body></html>", "text/html")
-        else:  # echo_key: an error body that quotes the request's key, as some proxies do
-            self._send(401, json.dumps({"message": f"key {key} is not valid"}).encode(), "application/json")
+        else:  # echo_key: an error body that quotes the request's key (JSON-escaped and URL-encoded), as some do
+            echo = {"message": f"key {key} is not valid", "request": f"/search?key={quote(key or '', safe='')}"}
+            self._send(401, json.dumps(echo).encode(), "application/json")
 
     # -- misbehaving pages ----------------------------------------------------------------------------------
     def _fault_page(self, name: str) -> None:

@@ -16,6 +16,7 @@ import os
 
 from searchenv.evaluation.policies import EvalSampling
 from searchenv.evaluation.prompter import Prompter, PromptFailure
+from searchenv.retrievers.web.keys import scrub_key
 from searchenv.retrievers.web.pages import PageError
 from searchenv.retrievers.web.record import NotRecorded, Record
 from searchenv.types import Document
@@ -93,7 +94,7 @@ class Summariser:
         except NotRecorded as miss:
             return PageError("not_recorded", miss.detail)
         except Exception as exc:  # noqa: BLE001 - one failed note stays that page's failure
-            reason = str(exc)[:300].replace(self._key, "<key>") if self._key else str(exc)[:300]
+            reason = scrub_key(str(exc), self._key)[:300]
             return PageError("summary_failed", f"{document.ref}: {type(exc).__name__}: {reason}")
         return Document(document.ref, document.title, str(note))
 
