@@ -6,7 +6,8 @@ file as text, hammer a site or reach into the machine's own network. So every pa
 * **time** — ``connect_timeout`` to connect, ``timeout`` for the whole page (a page that trickles forever is cut
   at the deadline, not at the first quiet gap);
 * **size** — at most ``max_bytes`` read (a larger ``Content-Length`` is refused before reading; a page without one
-  is read up to the cap and then refused);
+  is read up to the cap and then refused); the cap counts decoded bytes as they are produced, whatever the stack
+  of content codings (:mod:`.decoding`: two gzip layers of a few hundred bytes never inflate past it);
 * **type** — HTML, XHTML and plain text only; anything else (PDF, images, archives) is refused as ``binary``;
 * **robots.txt** — honoured by default (RFC 9309: a missing file allows all, an unreachable one forbids all for
   now), fetched once per site and cached;
@@ -32,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
+from searchenv.retrievers.web.decoding import ACCEPT_ENCODING, BoundedDecoder, CorruptCoding, UnknownCoding
 from searchenv.retrievers.web.record import NotRecorded, Record, normal_url
 from searchenv.types import Document
 
@@ -239,14 +241,24 @@ class PageReader:
 
     @staticmethod
     def _read(url: str, response: httpx.Response, deadline: float, limit: int) -> bytes:
+        """The decoded body, at most ``limit`` bytes: the raw bytes are decoded piece by piece
+        (:mod:`.decoding`) and counted as they are produced, so no stack of codings inflates past the cap."""
+        try:
+            decoder = BoundedDecoder(response.headers.get("content-encoding", ""))
+        except UnknownCoding as exc:
+            raise PageError("binary", f"{url}: {exc}") from None
         chunks, size = [], 0
-        for chunk in response.iter_bytes():
-            size += len(chunk)
-            if size > limit:
-                raise PageError("too_large", f"{url}: more than {limit:,} bytes")
-            if time.monotonic() > deadline:
-                raise PageError("timeout", f"{url}: still sending after the page deadline ({size:,} bytes read)")
-            chunks.append(chunk)
+        try:
+            for raw in response.iter_raw():
+                for piece in decoder.feed(raw):
+                    size += len(piece)
+                    if size > limit:
+                        raise PageError("too_large", f"{url}: more than {limit:,} bytes (decoded)")
+                    _check_deadline(url, deadline, size)
+                    chunks.append(piece)
+                _check_deadline(url, deadline, size)  # a chunk that decodes to nothing still spends the time
+        except CorruptCoding as exc:
+            raise PageError("binary", f"{url}: {exc}") from None
         return b"".join(chunks)
 
     def _timeouts(self, deadline: float) -> httpx.Timeout:
@@ -303,8 +315,14 @@ class PageReader:
 
         with self._lock:
             if self._client is None:
-                self._client = httpx.Client(headers={"User-Agent": USER_AGENT}, follow_redirects=False)
+                headers = {"User-Agent": USER_AGENT, "Accept-Encoding": ACCEPT_ENCODING}
+                self._client = httpx.Client(headers=headers, follow_redirects=False)
             return self._client
+
+
+def _check_deadline(url: str, deadline: float, size: int) -> None:
+    if time.monotonic() > deadline:
+        raise PageError("timeout", f"{url}: still sending after the page deadline ({size:,} bytes read)")
 
 
 def _extract(url: str, body: bytes, content_type: str) -> dict[str, str]:

@@ -12,7 +12,9 @@ Its ranking is a plain count of query words in each article (title words count d
 not an engine. Faults for tests: :meth:`LocalWeb.inject` makes the next search answers HTML instead of JSON,
 429 with ``Retry-After``, 500, 503, 403, or a 401 whose body echoes the key; fixed pages misbehave on every request —
 ``/fault/huge`` (50 MB, announced), ``/fault/unannounced`` (50 MB, no length), ``/fault/endless`` (1 KB every
-0.2 s, forever), ``/fault/binary`` (a PNG), ``/private/…`` (disallowed by ``/robots.txt``).
+0.2 s, forever), ``/fault/binary`` (a PNG), ``/fault/gzip-bomb`` (a few hundred bytes that two gzip layers
+inflate to 100 MB), ``/private/…`` (disallowed by ``/robots.txt``); ``/gzip2/<title>`` serves an article behind
+two gzip layers.
 ``counts`` counts requests per route, so a test can tell that a replay called nothing.
 
 ``python -m searchenv.retrievers.web.standin --port 8080`` serves the generated world until Ctrl-C.
@@ -21,11 +23,14 @@ not an engine. Faults for tests: :meth:`LocalWeb.inject` makes the next search a
 from __future__ import annotations
 
 import argparse
+import functools
+import gzip
 import html
 import json
 import re
 import threading
 import time
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,6 +44,8 @@ __all__ = ["FAULTS", "LocalWeb", "main"]
 #: What :meth:`LocalWeb.inject` can make the next search answers be.
 FAULTS = ("html", "rate_limit", "server_error", "overloaded", "forbidden", "echo_key")
 HUGE_BYTES = 50 * 1024 * 1024
+#: What ``/fault/gzip-bomb`` inflates to.
+BOMB_BYTES = 100 * 1024 * 1024
 _WORD = re.compile(r"\w+")
 
 
@@ -211,6 +218,13 @@ class _Handler(BaseHTTPRequestHandler):
             if page is None:
                 return self._send(404, b"<html><body>no such article</body></html>", "text/html")
             self._send(200, page.encode(), "text/html; charset=utf-8")
+        elif path.startswith("/gzip2/"):  # the article behind two gzip layers (Content-Encoding: gzip, gzip)
+            self._count("page")
+            page = self.server.web.page(unquote(path[len("/gzip2/") :]))
+            if page is None:
+                return self._send(404, b"<html><body>no such article</body></html>", "text/html")
+            body = gzip.compress(gzip.compress(page.encode()))
+            self._send(200, body, "text/html; charset=utf-8", {"Content-Encoding": "gzip, gzip"})
         elif path.startswith("/private/"):
             self._count("page")
             self._send(200, b"<html><body><p>robots.txt asks crawlers to stay out.</p></body></html>", "text/html")
@@ -268,6 +282,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _fault_page(self, name: str) -> None:
         if name == "binary":
             return self._send(200, b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 16, "image/png")
+        if name == "gzip-bomb":
+            headers = {"Content-Encoding": "gzip, gzip"}
+            return self._send(200, _gzip_bomb(), "text/html", headers)
         if name not in ("huge", "unannounced", "endless"):
             return self._send(404, b"<html><body>no such fault</body></html>", "text/html")
         self.send_response(200)
@@ -306,6 +323,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+
+@functools.cache
+def _gzip_bomb() -> bytes:
+    """A few hundred bytes that two gzip layers inflate to :data:`BOMB_BYTES` of HTML."""
+    inner = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    block = b"<p>" + b" " * (1024 * 1024 - 7) + b"</p>\n"
+    layer = b"".join([inner.compress(block) for _ in range(BOMB_BYTES // len(block))] + [inner.flush()])
+    return gzip.compress(layer, 9)
 
 
 def _answer(backend: str, q: str, count: int, hits: list[tuple[str, str, str, float]]) -> dict[str, Any]:
