@@ -154,3 +154,20 @@ def test_the_decoder_undoes_any_stack_of_codings_in_bounded_pieces() -> None:
         BoundedDecoder("gzip, br")
     with pytest.raises(CorruptCoding, match="gzip layer is corrupt"):
         list(BoundedDecoder("gzip").feed(b"not gzip at all"))
+
+
+def test_extraction_is_bounded_by_the_page_deadline(web: LocalWeb) -> None:
+    """4.9 MB of one-word paragraphs take trafilatura tens of seconds: the page deadline cuts the extraction."""
+    (error,) = reader(web, timeout=2.0).open_documents([f"{web.base_url}/fault/tiny-paragraphs"])
+    assert isinstance(error, PageError) and error.kind == "timeout", error
+    assert "extraction" in error.detail and "page deadline" in error.detail
+    (document,) = reader(web).open_documents([web.page_url(next(iter(web.articles)))])
+    assert isinstance(document, Document)  # the next page opens in a fresh worker
+
+
+def test_extraction_is_bounded_in_memory(web: LocalWeb) -> None:
+    (error,) = reader(web, timeout=60.0, max_memory=128 * 2**20).open_documents(
+        [f"{web.base_url}/fault/tiny-paragraphs"]
+    )
+    assert isinstance(error, PageError) and error.kind == "too_large", error
+    assert "needs more than 128 MiB of memory" in error.detail

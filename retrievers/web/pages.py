@@ -3,8 +3,10 @@
 A model that may open any URL it was shown (or writes) must not hang an episode, fill the memory, read a binary
 file as text, hammer a site or reach into the machine's own network. So every page is fetched under limits:
 
-* **time** — ``connect_timeout`` to connect, ``timeout`` for the whole page (a page that trickles forever is cut
-  at the deadline, not at the first quiet gap);
+* **time** — ``connect_timeout`` to connect, ``timeout`` for the whole page, main-text extraction included (a
+  page that trickles forever is cut at the deadline, not at the first quiet gap; so is an extraction that runs
+  past it, in its worker process: :mod:`.extraction`);
+* **memory** — the extraction of one page may take at most ``max_memory`` bytes (512 MiB) → ``too_large``;
 * **size** — at most ``max_bytes`` read (a larger ``Content-Length`` is refused before reading; a page without one
   is read up to the cap and then refused); the cap counts decoded bytes as they are produced, whatever the stack
   of content codings (:mod:`.decoding`: two gzip layers of a few hundred bytes never inflate past it);
@@ -14,7 +16,8 @@ file as text, hammer a site or reach into the machine's own network. So every pa
 * **politeness** — request starts to one host spaced by ``host_interval`` seconds;
 * **reach** — ``http``/``https`` only; hosts that resolve to private, loopback or link-local addresses are refused
   unless listed in ``allowed_hosts`` (a web retriever lists its own search host, so a stand-in's pages open);
-* **no scripts** — pages are parsed, never run: the main text is extracted by trafilatura from the HTML as served.
+* **no scripts** — pages are parsed, never run: the main text is extracted by trafilatura from the HTML as served,
+  in a worker process (:mod:`.extraction`).
 
 Redirects are followed (at most 5) and each hop is checked again. The page is recorded (:mod:`.record`) under its
 normalised URL; a refusal that the page itself decides (robots, type, size, a 4xx status, no text) is recorded as
@@ -34,6 +37,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 from searchenv.retrievers.web.decoding import ACCEPT_ENCODING, BoundedDecoder, CorruptCoding, UnknownCoding
+from searchenv.retrievers.web.extraction import DEFAULT_MEMORY, MIN_MEMORY, ExtractionFailed, extract_within
 from searchenv.retrievers.web.record import NotRecorded, Record, normal_url
 from searchenv.types import Document
 
@@ -97,6 +101,7 @@ class PageReader:
         concurrency: pages of one call fetched at once.
         allowed_hosts: ``host:port`` values that may resolve to private or loopback addresses.
         allow_private: allow every private, loopback or link-local address (a crawler inside a lab network).
+        max_memory: most bytes of memory the extraction of one page may take (:mod:`.extraction`; 512 MiB).
     """
 
     def __init__(
@@ -111,12 +116,21 @@ class PageReader:
         concurrency: int = 4,
         allowed_hosts: Sequence[str] = (),
         allow_private: bool = False,
+        max_memory: int = DEFAULT_MEMORY,
     ):
-        if timeout <= 0 or connect_timeout <= 0 or max_bytes < 1 or host_interval < 0 or concurrency < 1:
+        if (
+            timeout <= 0
+            or connect_timeout <= 0
+            or max_bytes < 1
+            or host_interval < 0
+            or concurrency < 1
+            or max_memory < MIN_MEMORY
+        ):
             raise ValueError(
                 "page reader: need timeout > 0, connect_timeout > 0, max_bytes >= 1, host_interval >= 0, "
-                f"concurrency >= 1; got timeout={timeout}, connect_timeout={connect_timeout}, "
-                f"max_bytes={max_bytes}, host_interval={host_interval}, concurrency={concurrency}"
+                f"concurrency >= 1, max_memory >= 128 MiB; got timeout={timeout}, connect_timeout={connect_timeout}, "
+                f"max_bytes={max_bytes}, host_interval={host_interval}, concurrency={concurrency}, "
+                f"max_memory={max_memory}"
             )
         self.record = record if record is not None else Record(None)
         self.timeout = float(timeout)
@@ -127,6 +141,7 @@ class PageReader:
         self.concurrency = int(concurrency)
         self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
         self.allow_private = bool(allow_private)
+        self.max_memory = int(max_memory)
         self.requests = 0
         self._lock = threading.Lock()
         self._next_start: dict[str, float] = {}
@@ -197,7 +212,10 @@ class PageReader:
                 raise PageError("timeout", f"{url}: no answer within {self.timeout:g} s") from None
             except httpx.HTTPError as exc:
                 raise PageError("unreachable", f"{url}: {type(exc).__name__}: {exc}") from None
-            return _extract(url, body, content_type)
+            try:
+                return extract_within(url, body, content_type, deadline, self.max_memory)
+            except ExtractionFailed as failed:
+                raise PageError(failed.kind, failed.detail) from None
         raise PageError("too_many_redirects", f"{url}: more than {MAX_REDIRECTS} redirects")
 
     # -- the limits ---------------------------------------------------------------------------------------------
@@ -323,36 +341,3 @@ class PageReader:
 def _check_deadline(url: str, deadline: float, size: int) -> None:
     if time.monotonic() > deadline:
         raise PageError("timeout", f"{url}: still sending after the page deadline ({size:,} bytes read)")
-
-
-def _extract(url: str, body: bytes, content_type: str) -> dict[str, str]:
-    """The main text (and title) of a page: trafilatura for HTML, the text itself for plain text."""
-    kind = content_type.split(";")[0].strip().lower()
-    if not kind and b"\x00" in body[:4096]:
-        raise PageError("binary", f"{url}: no content type and the body holds NUL bytes")
-    if kind in ("text/plain", "text/markdown"):
-        text = body.decode(_charset(content_type), errors="replace").strip()
-        title = text.split("\n", 1)[0][:200]
-    else:
-        import trafilatura
-
-        found = trafilatura.bare_extraction(body, url=url, with_metadata=True, include_comments=False)
-        text = (getattr(found, "text", None) or "").strip()
-        title = (getattr(found, "title", None) or "").strip()
-    if not text:
-        raise PageError("no_text", f"{url}: no main text found in {len(body):,} bytes")
-    return {"title": title or url, "text": text}
-
-
-def _charset(content_type: str) -> str:
-    """The ``charset`` of a content type when Python knows it, else UTF-8."""
-    import codecs
-
-    for part in content_type.split(";")[1:]:
-        name, _, value = part.strip().partition("=")
-        if name.strip().lower() == "charset":
-            try:
-                return codecs.lookup(value.strip().strip('"')).name
-            except LookupError:
-                break
-    return "utf-8"

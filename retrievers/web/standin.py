@@ -13,8 +13,8 @@ not an engine. Faults for tests: :meth:`LocalWeb.inject` makes the next search a
 429 with ``Retry-After``, 500, 503, 403, or a 401 whose body echoes the key; fixed pages misbehave on every request —
 ``/fault/huge`` (50 MB, announced), ``/fault/unannounced`` (50 MB, no length), ``/fault/endless`` (1 KB every
 0.2 s, forever), ``/fault/binary`` (a PNG), ``/fault/gzip-bomb`` (a few hundred bytes that two gzip layers
-inflate to 100 MB), ``/private/…`` (disallowed by ``/robots.txt``); ``/gzip2/<title>`` serves an article behind
-two gzip layers.
+inflate to 100 MB), ``/fault/tiny-paragraphs`` (4.9 MB of one-word paragraphs, slow to extract), ``/private/…``
+(disallowed by ``/robots.txt``); ``/gzip2/<title>`` serves an article behind two gzip layers.
 ``counts`` counts requests per route, so a test can tell that a replay called nothing.
 
 ``python -m searchenv.retrievers.web.standin --port 8080`` serves the generated world until Ctrl-C.
@@ -282,6 +282,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _fault_page(self, name: str) -> None:
         if name == "binary":
             return self._send(200, b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 16, "image/png")
+        if name == "tiny-paragraphs":
+            return self._send(200, _tiny_paragraphs(), "text/html; charset=utf-8")
         if name == "gzip-bomb":
             headers = {"Content-Encoding": "gzip, gzip"}
             return self._send(200, _gzip_bomb(), "text/html", headers)
@@ -323,6 +325,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+
+@functools.cache
+def _tiny_paragraphs() -> bytes:
+    """About 4.9 MB of HTML in half a million one-word paragraphs: cheap to send, slow to extract."""
+    words = ("alpha", "beta", "gamma", "delta")
+    paragraphs = "".join(f"<p>{words[i % 4]}</p>" for i in range(415_000))
+    return f"<html><head><title>Tiny</title></head><body>{paragraphs}</body></html>".encode()
 
 
 @functools.cache
