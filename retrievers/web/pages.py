@@ -12,10 +12,11 @@ file as text, hammer a site or reach into the machine's own network. So every pa
   of content codings (:mod:`.decoding`: two gzip layers of a few hundred bytes never inflate past it);
 * **type** — HTML, XHTML and plain text only; anything else (PDF, images, archives) is refused as ``binary``;
 * **robots.txt** — honoured by default (RFC 9309: a missing file allows all, an unreachable one forbids all for
-  now), fetched once per site and cached;
+  now, redirects are followed up to five times, across hosts), fetched once per site and cached;
 * **politeness** — request starts to one host spaced by ``host_interval`` seconds;
 * **reach** — ``http``/``https`` only; hosts that resolve to private, loopback or link-local addresses are refused
-  unless listed in ``allowed_hosts`` (a web retriever lists its own search host, so a stand-in's pages open);
+  unless listed in ``allowed_hosts`` (a web retriever adds its own search host, so a stand-in's pages open), and
+  the check is made again on the address each connection goes to (:mod:`.reach`: no DNS rebinding);
 * **no scripts** — pages are parsed, never run: the main text is extracted by trafilatura from the HTML as served,
   in a worker process (:mod:`.extraction`).
 
@@ -26,8 +27,6 @@ such, so a replay fails the same pages the same way; a timeout or an unreachable
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 import threading
 import time
 import urllib.robotparser
@@ -38,6 +37,7 @@ from urllib.parse import urljoin, urlsplit
 
 from searchenv.retrievers.web.decoding import ACCEPT_ENCODING, BoundedDecoder, CorruptCoding, UnknownCoding
 from searchenv.retrievers.web.extraction import DEFAULT_MEMORY, MIN_MEMORY, ExtractionFailed, extract_within
+from searchenv.retrievers.web.reach import Reach, ReachRefused, checked_transport
 from searchenv.retrievers.web.record import NotRecorded, Record, normal_url
 from searchenv.types import Document
 
@@ -139,8 +139,9 @@ class PageReader:
         self.respect_robots = bool(respect_robots)
         self.host_interval = float(host_interval)
         self.concurrency = int(concurrency)
-        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
-        self.allow_private = bool(allow_private)
+        self.reach = Reach(allowed_hosts, allow_private)
+        self.allowed_hosts = self.reach.allowed_hosts
+        self.allow_private = self.reach.allow_private
         self.max_memory = int(max_memory)
         self.requests = 0
         self._lock = threading.Lock()
@@ -158,6 +159,12 @@ class PageReader:
             return []
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(refs))) as pool:
             return list(pool.map(self._open_one, refs))
+
+    @property
+    def reach_settings(self) -> dict[str, object]:
+        """The reach settings every fetch of this reader runs under (``allow_private``, ``allowed_hosts``), as
+        plain data: what a stored page's answer depends on besides its URL and the size and robots settings."""
+        return self.reach.settings()
 
     def close(self) -> None:
         with self._lock:
@@ -208,6 +215,8 @@ class PageReader:
                     self._check_response(url, response)
                     body = self._read(url, response, deadline, self.max_bytes)
                     content_type = response.headers.get("content-type", "")
+            except ReachRefused as refused:  # the connection's own check (the name resolved differently)
+                raise PageError(refused.kind, f"{url}: {refused.detail}") from None
             except httpx.TimeoutException:
                 raise PageError("timeout", f"{url}: no answer within {self.timeout:g} s") from None
             except httpx.HTTPError as exc:
@@ -226,23 +235,14 @@ class PageReader:
             raise PageError("bad_url", f"{url[:200]!r} is not an http(s) URL")
 
     def _check_reach(self, url: str) -> None:
-        """Refuse a host on this machine's own networks (cloud metadata, internal services) unless allowed."""
+        """Refuse a host on this machine's own networks (cloud metadata, internal services) unless allowed, before
+        any request; the connection itself checks again, on the address it connects to (:mod:`.reach`)."""
         self._check_scheme(url)
         parts = urlsplit(url)
-        if self.allow_private or parts.netloc.lower() in self.allowed_hosts:
-            return
         try:
-            addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or 80)}
-        except (OSError, UnicodeError) as exc:
-            raise PageError("unreachable", f"{url}: cannot resolve {parts.hostname!r} ({exc})") from None
-        for address in addresses:
-            ip = ipaddress.ip_address(address.split("%")[0])
-            if ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved or ip.is_unspecified:
-                raise PageError(
-                    "blocked",
-                    f"{url}: {parts.hostname} resolves to the non-public address {ip}; list "
-                    f"{parts.netloc!r} in allowed_hosts (or set allow_private) to open it",
-                )
+            self.reach.addresses(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+        except ReachRefused as refused:
+            raise PageError(refused.kind, f"{url}: {refused.detail}") from None
 
     def _check_response(self, url: str, response: httpx.Response) -> None:
         status = response.status_code
@@ -305,28 +305,42 @@ class PageReader:
     def _robots_rules(self, site: str, url: str, deadline: float) -> urllib.robotparser.RobotFileParser:
         """The site's rules, fetched once. An unreachable robots.txt (5xx, no answer) forbids the page for now:
         a transient ``unreachable`` error, not recorded and not cached, so the site is asked again next time."""
-        import httpx
-
         rules = self._robots.get(site)
         if rules is None:
             rules = urllib.robotparser.RobotFileParser()
-            self._wait_host(urlsplit(site).netloc)
+            rules.parse(self._robots_lines(site, url, deadline))
+            self._robots[site] = rules
+        return rules
+
+    def _robots_lines(self, site: str, url: str, deadline: float) -> list[str]:
+        """The lines of the site's robots.txt, as RFC 9309 (2.3.1) reads it: redirects are followed, up to five
+        and across hosts (each hop checked for reach like a page); a 4xx answer, or more than five redirects,
+        means no rules; a 5xx answer or no answer means "unreachable" (forbidden for now)."""
+        import httpx
+
+        location = f"{site}/robots.txt"
+        for _ in range(MAX_REDIRECTS + 1):
             try:
-                with self._http().stream("GET", f"{site}/robots.txt", timeout=self._timeouts(deadline)) as response:
+                self._check_reach(location)
+            except PageError as refused:
+                kind = "blocked" if refused.kind == "blocked" else "unreachable"
+                raise PageError(kind, f"{url}: robots.txt of {site} leads to {refused.detail}") from None
+            self._wait_host(urlsplit(location).netloc)
+            try:
+                with self._http().stream("GET", location, timeout=self._timeouts(deadline)) as response:
                     status = response.status_code
+                    if response.is_redirect and "location" in response.headers:
+                        location = urljoin(location, response.headers["location"])
+                        continue
                     body = self._read(url, response, deadline, ROBOTS_MAX_BYTES) if status == 200 else b""
-            except (httpx.HTTPError, PageError) as exc:
+            except (httpx.HTTPError, PageError, ReachRefused) as exc:
                 raise PageError(
                     "unreachable", f"{url}: robots.txt of {site} unreachable ({type(exc).__name__})"
                 ) from None
             if status >= 500:
                 raise PageError("unreachable", f"{url}: robots.txt of {site} answered HTTP {status}")
-            if status == 200:
-                rules.parse(body.decode("utf-8", errors="replace").splitlines())
-            else:  # 4xx: no rules, everything allowed
-                rules.parse([])
-            self._robots[site] = rules
-        return rules
+            return body.decode("utf-8", errors="replace").splitlines() if status == 200 else []
+        return []  # more than five redirects: RFC 9309 lets a crawler take the file as unavailable
 
     def _http(self) -> httpx.Client:
         import httpx
@@ -334,7 +348,8 @@ class PageReader:
         with self._lock:
             if self._client is None:
                 headers = {"User-Agent": USER_AGENT, "Accept-Encoding": ACCEPT_ENCODING}
-                self._client = httpx.Client(headers=headers, follow_redirects=False)
+                transport = checked_transport(self.reach)  # connects only to the addresses it checked
+                self._client = httpx.Client(headers=headers, follow_redirects=False, transport=transport)
             return self._client
 
 

@@ -160,9 +160,14 @@ class WebSearchRetriever:
         self.record = Record(cache, cache_mode, price_per_1k=price)
         if pages is not None and not isinstance(pages, dict):
             raise ValueError(f"pages must be a mapping of PageReader options, got {pages!r}")
-        # A stand-in or a self-hosted instance on this machine serves the result pages too: allow its host.
-        page_options = {"allowed_hosts": [urlsplit(self.url).netloc], **(pages or {})}
-        self.pages = PageReader(record=self.record, **page_options)
+        # A stand-in or a self-hosted instance on this machine serves the result pages too: its host is allowed,
+        # beside the hosts the user allows.
+        page_options = dict(pages or {})
+        user_hosts = page_options.pop("allowed_hosts", ())
+        if isinstance(user_hosts, str):
+            raise ValueError(f"pages.allowed_hosts takes a list of hosts, got the string {user_hosts!r}")
+        allowed = [urlsplit(self.url).netloc, *user_hosts]
+        self.pages = PageReader(record=self.record, allowed_hosts=allowed, **page_options)
         if summariser is not None and not isinstance(summariser, dict):
             raise ValueError(
                 f"summariser must be a mapping of Summariser options (url, model, ...), got {summariser!r}"

@@ -57,6 +57,8 @@ class LocalWeb:
         host, port: where to listen (``port=0`` picks a free one).
         keys: per backend (``"serper"``, ``"brave"``), the one key accepted; a backend not listed accepts any
             non-empty key.
+        robots_redirect: where ``/robots.txt`` redirects (301), e.g. another site's robots.txt; ``None``: served
+            here (``Disallow: /private/``).
 
     Use as a context manager (``with LocalWeb() as web:``) or call :meth:`start` and :meth:`stop`.
     """
@@ -68,6 +70,7 @@ class LocalWeb:
         host: str = "127.0.0.1",
         port: int = 0,
         keys: dict[str, str] | None = None,
+        robots_redirect: str | None = None,
     ):
         if passages is None:
             from searchenv.data.world.generator import default_world
@@ -78,6 +81,7 @@ class LocalWeb:
             articles[passage.title].append(passage.text)
         self.articles = {title: "\n\n".join(texts) for title, texts in articles.items()}
         self.keys = dict(keys or {})
+        self.robots_redirect = robots_redirect
         self.counts: Counter[str] = Counter()
         self._faults: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
@@ -211,6 +215,8 @@ class _Handler(BaseHTTPRequestHandler):
             )
         elif path == "/robots.txt":
             self._count("robots")
+            if self.server.web.robots_redirect is not None:
+                return self._send(301, b"", "text/plain", {"Location": self.server.web.robots_redirect})
             self._send(200, b"User-agent: *\nDisallow: /private/\n", "text/plain")
         elif path.startswith("/wiki/"):
             self._count("page")
