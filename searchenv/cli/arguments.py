@@ -45,7 +45,18 @@ __all__ = [
 ]
 
 #: Exceptions that mean "the request cannot be done as asked"; they are reported in one line, not a traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, TypeError, RuntimeError, ImportError)
+#: What a command reports as one ``error:`` line (exit 2) rather than a traceback: bad input, a missing file or
+#: package, and a service that does not answer (a dead retrieval URL is checked before anything loads, and its
+#: message says how to start one).
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    FileNotFoundError,
+    TypeError,
+    RuntimeError,
+    ImportError,
+    ConnectionError,
+    TimeoutError,
+)
 
 #: ``SearchQAEnv`` arguments set from the command line: all of them but ``render_mode`` (the command's business).
 ENV_ARGUMENT_NAMES: tuple[str, ...] = tuple(name for name in env_defaults() if name != "render_mode")
