@@ -39,7 +39,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from searchenv.types import Passage
 
-__all__ = ["FAULTS", "LocalWeb", "main"]
+__all__ = ["FAULTS", "LocalWeb", "main", "usage_lines"]
 
 #: What :meth:`LocalWeb.inject` can make the next search answers be.
 FAULTS = ("html", "rate_limit", "server_error", "overloaded", "forbidden", "echo_key")
@@ -378,8 +378,26 @@ def _answer(backend: str, q: str, count: int, hits: list[tuple[str, str, str, fl
     return {"type": "search", "query": {"original": q}, "web": {"type": "search", "results": results}}
 
 
+def usage_lines(web: LocalWeb) -> list[str]:
+    """What to point a command at this web with: the flags of every ``searchenv`` command that builds an
+    environment, per backend, and one command to try (an agent that searches and opens pages)."""
+    flags = {
+        "searxng": f"--retriever searxng --retriever-option url={web.searxng_url}",
+        "serper": f"--retriever serper --retriever-option url={web.serper_url} --retriever-option api_key=any",
+        "brave": f"--retriever brave --retriever-option url={web.brave_url} --retriever-option api_key=any",
+    }
+    return [
+        f"local web at {web.base_url} ({len(web.articles)} articles); add these flags to searchenv play, demo, serve "
+        "or mcp (eval: --retrievers):",
+        *(f"  {backend + ':':<9}{line}" for backend, line in flags.items()),
+        f"try:      searchenv play --protocol asearcher {flags['searxng']}",
+        "          (search with <search> ... </search>, open result N with <access> N </access>; in Python: "
+        f"retriever='searxng', retriever_options={{'url': '{web.searxng_url}'}})",
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Serve the generated world's local web until Ctrl-C and print the URLs to point the retrievers at."""
+    """Serve the generated world's local web until Ctrl-C and print the command-line flags that point at it."""
     parser = argparse.ArgumentParser(
         prog="python -m searchenv.retrievers.web.standin", description=__doc__.split("\n")[0]
     )
@@ -387,10 +405,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (keep the loopback default)")
     args = parser.parse_args(argv)
     with LocalWeb(host=args.host, port=args.port) as web:
-        print(f"local web at {web.base_url} ({len(web.articles)} articles)")
-        print(f"  searxng: retriever_options={{'url': '{web.searxng_url}'}}")
-        print(f"  serper:  retriever_options={{'url': '{web.serper_url}', 'api_key': 'any'}}")
-        print(f"  brave:   retriever_options={{'url': '{web.brave_url}', 'api_key': 'any'}}")
+        for line in usage_lines(web):
+            print(line, flush=True)
         try:
             while True:
                 time.sleep(3600)
