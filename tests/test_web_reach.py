@@ -5,6 +5,7 @@ resolver at a name whose answer changes, so ``socket.getaddrinfo`` answers for t
 public address first, then loopback, as a rebinding DNS server would) and passes every other name through.
 """
 
+# ruff: noqa: F811 - the fixtures imported from test_web_pages are redefined as test parameters, as pytest uses them
 from __future__ import annotations
 
 import datetime
@@ -12,28 +13,16 @@ import http.server
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from searchenv.data.world.generator import generate_world
 from searchenv.retrievers import make_retriever
 from searchenv.retrievers.web.pages import PageError, PageReader
 from searchenv.retrievers.web.standin import LocalWeb
 from searchenv.types import Document
-
-
-@pytest.fixture(scope="module")
-def world() -> Any:
-    return generate_world(300, seed=4)
-
-
-@pytest.fixture(scope="module")
-def web(world: Any) -> Iterator[LocalWeb]:
-    with LocalWeb(world.corpus) as served:
-        yield served
+from tests.test_web_pages import web, world  # noqa: F401 (the same world and loopback web fixtures)
 
 
 def netloc(web: LocalWeb) -> str:
