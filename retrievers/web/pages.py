@@ -99,7 +99,8 @@ class PageReader:
         respect_robots: honour robots.txt (default ``True``).
         host_interval: least seconds between two request starts to one host.
         concurrency: pages of one call fetched at once.
-        allowed_hosts: ``host:port`` values that may resolve to private or loopback addresses.
+        allowed_hosts: ``host:port`` (or ``host``: ports 80 and 443) values that may resolve to private or loopback
+            addresses.
         allow_private: allow every private, loopback or link-local address (a crawler inside a lab network).
         max_memory: most bytes of memory the extraction of one page may take (:mod:`.extraction`; 512 MiB).
     """
