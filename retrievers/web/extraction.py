@@ -18,7 +18,7 @@ import atexit
 import codecs
 import os
 import pickle
-import select
+import selectors
 import struct
 import subprocess
 import sys
@@ -198,7 +198,7 @@ def _read_exactly(pipe: BinaryIO, size: int, deadline: float | None) -> bytes:
     while got < size:
         if deadline is not None:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([pipe], [], [], left)[0]:
+            if left <= 0 or not _readable(pipe, left):
                 raise TimeoutError
         chunk = os.read(pipe.fileno(), size - got)
         if not chunk:
@@ -206,6 +206,13 @@ def _read_exactly(pipe: BinaryIO, size: int, deadline: float | None) -> bytes:
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
+
+
+def _readable(pipe: BinaryIO, timeout: float) -> bool:
+    """Whether ``pipe`` has bytes to read within ``timeout`` seconds (poll/epoll: any file descriptor number)."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(pipe, selectors.EVENT_READ)
+        return bool(selector.select(timeout))
 
 
 # -- the worker's side ------------------------------------------------------------------------------------------
