@@ -20,8 +20,16 @@ DISTRIBUTIONS = {"faiss": "faiss-cpu", "rank_bm25": "rank-bm25", "skyrl_gym": "s
 
 
 def without(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
+    """``modules`` as if not installed; our modules that imported one of them are imported afresh (then fail)."""
+    import sys
+
     for name in modules:
-        monkeypatch.setitem(__import__("sys").modules, name, None)
+        monkeypatch.setitem(sys.modules, name, None)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("searchenv.") and any(
+            getattr(value, "__name__", "").split(".")[0] in modules for value in vars(module).values()
+        ):
+            monkeypatch.delitem(sys.modules, name)
 
 
 @pytest.fixture(scope="module")
