@@ -12,6 +12,10 @@
    queries): environment steps per second, one batched search per vector step.
 
     python bench/bench_env.py [--steps 20000] [--num-envs 64] [--vec-steps 30] [--rounds 12 --block 3000]
+    python bench/bench_env.py --long-episodes 20   # 3. only: the step cost along 4- and 32-turn episodes
+
+3. Long episodes: 4 and 32 turns of 1,500 think words each (searching, then answering), the whole episode's
+   stepping time and the first and last non-final step's: a step must cost the same late in an episode as early.
 
 For a steadier ratio on a shared machine, pin it to one core: ``taskset -c 1 python bench/bench_env.py``.
 """
@@ -193,6 +197,32 @@ def vectorised(num_envs: int, vec_steps: int) -> tuple[float, float, float]:
     return build, num_envs / per_step, per_step * 1000
 
 
+def long_episodes(turns: int, think_words: int, episodes: int, corpus: Corpus) -> tuple[float, float, float]:
+    """An episode of ``turns`` actions, each thinking ``think_words`` words, then searching (the last answers):
+    median whole-episode stepping time (ms), and the median time of its first and of its last non-final step
+    (µs). A step whose cost grows with the transcript so far shows as a last step dearer than the first."""
+    import random
+
+    rng = random.Random(turns * 7919 + think_words)
+    vocab = [f"w{i}" for i in range(400)]
+    thoughts = [" ".join(rng.choice(vocab) for _ in range(think_words)) for _ in range(turns)]
+    actions = [f"<think>{t}</think>\n<search> query {i} </search>" for i, t in enumerate(thoughts[:-1])]
+    actions.append(f"<think>{thoughts[-1]}</think>\n<answer> x </answer>")
+    env = SearchQAEnv(dataset=[QAExample("x", "q", ("x",))], retriever=ReadyPassages(corpus), max_turns=turns)
+    totals, firsts, lasts = [], [], []
+    for _ in range(episodes):
+        env.reset(seed=0)
+        steps = []
+        for action in actions:
+            start = time.perf_counter_ns()
+            env.step(action)
+            steps.append(time.perf_counter_ns() - start)
+        totals.append(sum(steps) / 1e6)
+        firsts.append(steps[0] / 1e3)
+        lasts.append(steps[-2] / 1e3 if turns > 1 else steps[0] / 1e3)
+    return statistics.median(totals), statistics.median(firsts), statistics.median(lasts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20_000)
@@ -200,8 +230,21 @@ def main() -> None:
     parser.add_argument("--vec-steps", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=12, help="alternating answer-step blocks vs skyrl-gym (0: skip)")
     parser.add_argument("--block", type=int, default=3_000, help="steps per alternating block")
+    parser.add_argument(
+        "--long-episodes",
+        type=int,
+        default=0,
+        help="only time episodes of 4 and 32 turns x 1,500 think words, this many of each (0: the usual sections)",
+    )
     args = parser.parse_args()
     corpus = Corpus.from_jsonl(SHARED / "corpus" / "flashrag_sample.jsonl")
+    if args.long_episodes:
+        print("| turns x think words | episode ms (median) | first step µs | last non-final step µs |")
+        print("|---|---|---|---|")
+        for turns in (4, 32):
+            total, first, last = long_episodes(turns, 1500, args.long_episodes, corpus)
+            print(f"| {turns} x 1,500 | {total:.2f} | {first:.0f} | {last:.0f} |")
+        return
     print("| step | p50 µs | p99 µs | steps/s |\n|---|---|---|---|")
     for name, p50, p99, rate in overhead(args.steps, corpus):
         print(f"| {name} | {p50:.1f} | {p99:.1f} | {rate:,.0f} |")

@@ -19,10 +19,14 @@ costliest kind: an answer turn has no retrieval, and its E is printed beside). G
    a turn's dense search is dominated by encoding the B queries, not by scoring a corpus this small.
 2. The micro-batcher: ``--concurrent`` episodes (3 searches and an answer each) stepping on their own tasks with
    ``step_async``, with a seeded think time of 0 to ``--think-ms`` before each action and without any; against
-   the same episodes stepped one by one with ``step``. Engine calls per search and steps per second.
+   the same episodes stepped one by one with ``step``, ``--concurrent-rounds`` times in turn. Engine calls per
+   search, steps per second and the speed-up, per engine of ``--concurrent-engines``: the in-process BM25
+   (``bm25``), the retrieval service on loopback (``remote``), BM25 behind a fixed ``--delay-ms`` per call
+   (``delay``: a slow or distant engine).
 
     python bench/bench_rollout.py [--engines bm25,e5-exact,e5-hnsw,remote] [--batch-sizes 1,8,64,512]
                                   [--gen-tps 2000] [--tokens-per-turn 256] [--rounds 5] [--concurrent 256]
+                                  [--concurrent-engines bm25,remote,delay --delay-ms 20 --concurrent-rounds 5]
 """
 
 from __future__ import annotations
@@ -65,6 +69,19 @@ class Timed:
             return self.engine.search(queries, k)
         finally:
             self.seconds += time.perf_counter() - started
+
+
+class Delayed:
+    """An engine that answers after a fixed delay per call, whatever the batch: a remote or slow engine's latency
+    (a round trip, a queue, a GPU encoder's launch) in front of the local one."""
+
+    def __init__(self, engine: Any, delay_s: float):
+        self.engine = engine
+        self.delay_s = delay_s
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        time.sleep(self.delay_s)
+        return self.engine.search(queries, k)
 
 
 def write_corpus(env: SearchQAEnv, path: Path, limit: int | None = None) -> None:
@@ -156,9 +173,13 @@ def scripted(env: SearchQAEnv, seed: int) -> list[str]:
     return [f"<search> {q} </search>" for q in queries] + [f"<answer>{env.episode.example.golden_answers[0]}</answer>"]
 
 
-def concurrency(base: SearchQAEnv, n: int, think_ms: float) -> dict[str, Any]:
+MODES = ("one_by_one", "concurrent", "concurrent_no_think")
+
+
+def concurrency(base: SearchQAEnv, n: int, think_ms: float, rounds: int = 1) -> dict[str, Any]:
     """``n`` episodes one by one with ``step``, then concurrently with ``step_async`` (with and without think
-    time): wall time, steps per second, engine calls per search."""
+    time), ``rounds`` times in turn: wall time, steps per second, engine calls per search, and each round's
+    speed-up over one by one."""
     first = base.sibling()
 
     def fresh() -> list[SearchQAEnv]:
@@ -167,44 +188,51 @@ def concurrency(base: SearchQAEnv, n: int, think_ms: float) -> dict[str, Any]:
             env.reset(options={"index": i % len(env.examples)})
         return envs
 
-    envs = fresh()
-    scripts = [scripted(env, i) for i, env in enumerate(envs)]
+    scripts = [scripted(env, i) for i, env in enumerate(fresh())]
     steps = sum(len(s) for s in scripts)
     searches = sum(len(s) - 1 for s in scripts)
-    started = time.perf_counter()
-    for env, actions in zip(envs, scripts):
-        for action in actions:
-            env.step(action)
-    serial = time.perf_counter() - started
-    out: dict[str, Any] = {"episodes": n, "steps": steps, "searches": searches}
-    out["one_by_one"] = {"wall_s": serial, "steps_per_s": steps / serial, "calls_per_search": 1.0}
-    say(f"  one by one: {serial:.2f} s, {steps / serial:.0f} steps/s")
-
-    for label, think in (("concurrent", think_ms / 1000), ("concurrent_no_think", 0.0)):
+    walls: dict[str, list[float]] = {mode: [] for mode in MODES}
+    calls: dict[str, list[int]] = {mode: [] for mode in MODES}
+    for _ in range(rounds):
         envs = fresh()
-        merger = SearchMerger()
-
-        async def play(i: int, env: SearchQAEnv, think: float = think, merger: SearchMerger = merger) -> None:
-            env.search_merger = merger
-            rng = random.Random(10_000 + i)
-            for action in scripts[i]:
-                await asyncio.sleep(rng.uniform(0.0, think) if think else 0)
-                await env.step_async(action)
-
-        async def run(envs: list[SearchQAEnv] = envs, merger: SearchMerger = merger) -> dict[str, int]:
-            await asyncio.gather(*(play(i, env) for i, env in enumerate(envs)))
-            return merger.stats()
-
         started = time.perf_counter()
-        stats = asyncio.run(run())
-        wall = time.perf_counter() - started
-        out[label] = {
+        for env, actions in zip(envs, scripts):
+            for action in actions:
+                env.step(action)
+        walls["one_by_one"].append(time.perf_counter() - started)
+        calls["one_by_one"].append(searches)
+        for label, think in (("concurrent", think_ms / 1000), ("concurrent_no_think", 0.0)):
+            envs = fresh()
+            merger = SearchMerger()
+
+            async def play(i: int, env: SearchQAEnv, think: float = think, merger: SearchMerger = merger) -> None:
+                env.search_merger = merger
+                rng = random.Random(10_000 + i)
+                for action in scripts[i]:
+                    await asyncio.sleep(rng.uniform(0.0, think) if think else 0)
+                    await env.step_async(action)
+
+            async def run(envs: list[SearchQAEnv] = envs, merger: SearchMerger = merger) -> dict[str, int]:
+                await asyncio.gather(*(play(i, env) for i, env in enumerate(envs)))
+                return merger.stats()
+
+            started = time.perf_counter()
+            stats = asyncio.run(run())
+            walls[label].append(time.perf_counter() - started)
+            calls[label].append(stats["calls"])
+        say("  " + ", ".join(f"{mode} {walls[mode][-1]:.2f} s" for mode in MODES))
+    out: dict[str, Any] = {"episodes": n, "steps": steps, "searches": searches, "rounds": rounds}
+    for mode in MODES:
+        speedups = [serial / wall for serial, wall in zip(walls["one_by_one"], walls[mode])]
+        wall = statistics.median(walls[mode])
+        out[mode] = {
             "wall_s": wall,
             "steps_per_s": steps / wall,
-            "calls_per_search": stats["calls"] / searches,
-            "think_ms": think * 1000,
+            "calls_per_search": statistics.median(calls[mode]) / searches,
+            "speedup_median": statistics.median(speedups),
+            "speedup_min": min(speedups),
+            "speedup_max": max(speedups),
         }
-        say(f"  {label}: {wall:.2f} s, {steps / wall:.0f} steps/s, {stats['calls']} calls for {searches} searches")
     return out
 
 
@@ -224,6 +252,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dense-rounds", type=int, default=2, help="--rounds for the dense engines")
     parser.add_argument("--concurrent", type=int, default=256, help="episodes of the micro-batcher measurement")
     parser.add_argument("--think-ms", type=float, default=4.0, help="most think time before each async action")
+    parser.add_argument(
+        "--concurrent-engines",
+        default="bm25",
+        help="engines of the micro-batcher measurement: bm25 (in process), remote (searchenv serve on loopback), "
+        "delay (bm25 behind a fixed --delay-ms per call)",
+    )
+    parser.add_argument("--delay-ms", type=float, default=20.0, help="the delay engine's latency per call")
+    parser.add_argument("--concurrent-rounds", type=int, default=1, help="rounds of the micro-batcher measurement")
     parser.add_argument("--json", default=None, help="also write every figure to this file")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.batch_sizes.split(",")]
@@ -257,8 +293,22 @@ def main(argv: Sequence[str] | None = None) -> None:
             base.retriever.search(["warm-up query"], 3)
             say(f"{engine}: timing batch sizes {sizes}")
             results["engines"][engine] = batch_costs(base, questions, sizes, rounds)
-        say(f"micro-batcher: {args.concurrent} concurrent episodes (bm25)")
-        results["micro_batcher"] = concurrency(bm25, args.concurrent, args.think_ms)
+        results["micro_batcher"] = {}
+        for engine in [e for e in args.concurrent_engines.split(",") if e]:
+            say(f"micro-batcher: {args.concurrent} concurrent episodes ({engine})")
+            if engine == "remote":
+                if server is None:
+                    corpus = Path(args.corpus or Path(tmp.name) / "corpus.jsonl")
+                    if not args.corpus:
+                        write_corpus(bm25, corpus)
+                    server, url = spawn_server(corpus)
+                base = SearchQAEnv(retriever=url, corpus=args.corpus)
+            elif engine == "delay":
+                base = bm25.sibling()
+                base.retriever = Delayed(bm25.retriever, args.delay_ms / 1000)
+            else:
+                base = bm25
+            results["micro_batcher"][engine] = concurrency(base, args.concurrent, args.think_ms, args.concurrent_rounds)
     finally:
         if server is not None:
             server.terminate()
@@ -277,16 +327,23 @@ def main(argv: Sequence[str] | None = None) -> None:
             for g in rates:
                 line += f" {share(row['env_s'], row['retrieval_s'], row['B'], args.tokens_per_turn, g):.2%} |"
             print(line)
-    mb = results["micro_batcher"]
-    print(f"\nmicro-batcher: {mb['episodes']} episodes, {mb['steps']} steps, {mb['searches']} searches (bm25)\n")
-    print("| mode | wall s | steps/s | engine calls per search |")
-    print("|---|---|---|---|")
-    for mode in ("one_by_one", "concurrent", "concurrent_no_think"):
-        m = mb[mode]
-        name = {"one_by_one": "step, one by one", "concurrent": f"step_async, think 0-{args.think_ms:g} ms"}.get(
-            mode, "step_async, no think time"
+    for engine, mb in results["micro_batcher"].items():
+        label = f"{engine}, {args.delay_ms:g} ms per call" if engine == "delay" else engine
+        print(
+            f"\nmicro-batcher ({label}): {mb['episodes']} episodes, {mb['steps']} steps, {mb['searches']} searches, "
+            f"{mb['rounds']} rounds (medians)\n"
         )
-        print(f"| {name} | {m['wall_s']:.2f} | {m['steps_per_s']:.0f} | {m['calls_per_search']:.3f} |")
+        print("| mode | wall s | steps/s | engine calls per search | speed-up over one by one (min-max) |")
+        print("|---|---|---|---|---|")
+        for mode in MODES:
+            m = mb[mode]
+            name = {"one_by_one": "step, one by one", "concurrent": f"step_async, think 0-{args.think_ms:g} ms"}.get(
+                mode, "step_async, no think time"
+            )
+            print(
+                f"| {name} | {m['wall_s']:.2f} | {m['steps_per_s']:.0f} | {m['calls_per_search']:.3f} | "
+                f"{m['speedup_median']:.2f}× ({m['speedup_min']:.2f}-{m['speedup_max']:.2f}) |"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

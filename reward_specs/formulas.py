@@ -90,7 +90,10 @@ class _Measured:
 
     @cached_property
     def retrieval_hit(self) -> bool:
-        return answer_in_passages(self._golds, self._facts.shown_texts)
+        """A gold answer in the text of a passage (or page) shown — never in the labels the environment writes
+        around passages (``Doc 1(Title: …)``), which would pay golds like ``1`` or ``Doc`` after any search."""
+        contents = (piece for body in self._facts.shown_texts for piece in self._protocol.shown_contents(body))
+        return answer_in_passages(self._golds, contents)
 
     def parts(self, **known: float) -> dict[str, float]:
         """The dashboard parts: :data:`PART_NAMES`, then the ``known`` ones a formula computed already."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from searchenv.registration import ENV_ID, register_envs
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one source of the version (pyproject.toml reads it)
 
 _EXPORTS = {
     "Corpus": "searchenv.corpus",

@@ -617,3 +617,37 @@ def test_per_query_agreement_fails_a_query_on_one_wrong_passage_but_lets_ties_sw
     # The slot-level figure of the same hits hides the wrong query (8 of 9 slots).
     assert tie_tolerant_agreement(mine, lucene_ids, lucene_scores) == pytest.approx(8 / 9)
     assert per_query_agreement([[1, 2]], [[1, 2, 3]], [[3.0, 2.0, 1.0]]) == (0.0, 0.0)  # a missing passage
+
+
+_FIRST_RUN = textwrap.dedent(
+    """
+    import sys
+    from searchenv import Corpus
+    from searchenv.retrievers import make_retriever
+    n = range(300)
+    corpus = Corpus([str(i) for i in n], [f"T{i}" for i in n], [f"word{i % 7} common text {i}" for i in n])
+    print(make_retriever("bm25", corpus, index_dir=sys.argv[1]).search(["word3 common"], 3)[0][0].id)
+    """
+)
+
+
+def test_the_first_run_says_once_that_the_kernels_compile_and_later_runs_say_nothing(tmp_path: Path) -> None:
+    """The first run after installing compiles the numba kernels (tens of seconds at scale) in silence: it now
+    prints one line on stderr while it does; a run that finds numba's cache prints nothing."""
+    from searchenv.retrievers.bm25.native.compile_notice import NOTICE
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}  # an empty cache: a fresh install
+    env.pop("SEARCHENV_KERNELS_ANNOUNCED", None)
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", _FIRST_RUN, str(tmp_path / f"index{i}")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        for i in range(2)
+    ]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr
+    assert runs[0].stderr.count(NOTICE) == 1 and runs[0].stdout.strip() == runs[1].stdout.strip()
+    assert NOTICE not in runs[1].stderr

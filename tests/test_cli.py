@@ -103,6 +103,30 @@ def test_bad_values_fail_before_anything_loads_in_one_form(tmp_path):
     assert not (tmp_path / "out").exists()  # study made no empty output folder
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["play"],
+        ["eval", "--datasets", "world", "--limit", "1", "--output", "OUT"],
+        ["mcp"],
+        ["audit-reward", "em"],
+    ],
+)
+def test_a_dead_retrieval_url_is_one_error_line_and_exit_2(argv, tmp_path, capsys):
+    """docs/cli.md: every error is one ``searchenv COMMAND: error:`` line with exit status 2 — a retrieval URL where
+    nothing listens too (it was a 35-39-line traceback and exit 1)."""
+    from servers import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    flag = "--retrievers" if argv[0] == "eval" else "--retriever"
+    code = main([a.replace("OUT", str(tmp_path / "out")) for a in argv] + [flag, dead])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"searchenv {argv[0]}: error: no retrieval service answers")
+    assert "searchenv serve" in errors[0]  # the fix
+
+
 def test_every_env_option_of_the_api_is_on_the_command_line():
     api = set(inspect.signature(searchenv.SearchQAEnv).parameters) - {"render_mode"}
     assert api == set(ENV_ARGUMENT_NAMES)

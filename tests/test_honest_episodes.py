@@ -148,6 +148,32 @@ def test_gold_beyond_the_information_cap_earns_no_retrieval_reward() -> None:
         assert load_reward("format-retrieval")(rollout).parts["retrieval_hit"] == 0.0
 
 
+@pytest.mark.parametrize("gold", ["1", "2", "3", "Doc", "Title", "doc 1"])
+def test_the_environments_own_passage_labels_are_no_retrieval_hit(gold: str) -> None:
+    """Every block the environment writes says ``Doc 1(Title: …)``: golds ``1``, ``Doc`` or ``Title`` (0.25-0.4%
+    of NQ, PopQA and TriviaQA questions) earned the retrieval bonus after any search. A hit is a gold in what a
+    passage's source wrote (its title and text), not in the labels around it."""
+    passages = [Passage("a", "Brosara", "A market town, founded in 999."), Passage("b", "Kelmor", "A river port.")]
+    passages.append(Passage("c", "Ostvik", "A fishing village."))
+    example = {"id": "l", "question": "Which label?", "golden_answers": [gold]}
+    env = env_for(example, retriever=FixedRetriever(passages), reward="format-retrieval", topk=3)
+    _, _, _, _, info = play(env, ["<think>a</think><search>anything</search>", "<think>b</think><answer>x</answer>"])
+    assert "Doc 1(Title: Brosara)" in env.episode.response_text
+    assert info["reward_parts"]["retrieval_hit"] == 0.0
+    for rollout in (text_path(env, trust_transcript=True), spans_path(env)):
+        assert load_reward("format-retrieval")(rollout).parts["retrieval_hit"] == 0.0
+
+
+@pytest.mark.parametrize(("gold", "hit"), [("999", 1.0), ("Kelmor", 1.0), ("market town", 1.0), ("Page", 0.0)])
+def test_a_gold_in_a_passages_title_or_text_is_a_retrieval_hit(gold: str, hit: float) -> None:
+    passages = [Passage("a", "Brosara", "A market town, founded in 999."), Passage("b", "Kelmor", "A river port.")]
+    example = {"id": "h", "question": "Which?", "golden_answers": [gold]}
+    env = env_for(example, retriever=FixedRetriever(passages), reward="format-retrieval", topk=3)
+    _, _, _, _, info = play(env, ["<think>a</think><search>anything</search>", "<think>b</think><answer>x</answer>"])
+    assert info["reward_parts"]["retrieval_hit"] == hit
+    assert PROTOCOLS["asearcher"].shown_contents("Page(Title: Kelmor) A river port.") == [" Kelmor A river port."]
+
+
 def test_a_failed_search_is_not_a_search_on_either_path() -> None:
     env = env_for(WORLD_Q, retriever=FailingRetriever(), reward="r1-searcher-stage1")
     _, value, _, _, info = play(env, ["<think>a</think><search>q</search>", "<think>b</think><answer>1</answer>"])

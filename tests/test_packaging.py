@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from readme_example import check_quickstart_output, quickstart
 
+import searchenv
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -49,6 +51,7 @@ def test_wheel_in_clean_virtualenv(tmp_path):
         timeout=300,
     )
     (wheel,) = wheel_dir.glob("searchenv-*.whl")
+    assert wheel.name.startswith(f"searchenv-{searchenv.__version__}-"), wheel.name  # the one version source
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert top_level == {"searchenv"}, f"the wheel must install only the searchenv namespace, got {top_level}"
@@ -82,3 +85,17 @@ def test_wheel_in_clean_virtualenv(tmp_path):
     # The base install stays light: the README promises no torch.
     probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"
     assert subprocess.run([str(python), "-c", probe], env=clean_env).returncode == 0, "the base install pulled torch"
+
+
+def test_the_package_version_is_the_changelogs_newest_release() -> None:
+    """One version: ``searchenv.__version__``, which pyproject.toml reads (the wheel said 0.1.0 while CHANGELOG.md's
+    newest release was 0.2.0)."""
+    import re
+
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    newest = re.search(r"^## \[(\d+\.\d+\.\d+)\]", changelog, re.MULTILINE)
+    assert newest is not None and searchenv.__version__ == newest.group(1)
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"]  # no second copy
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "searchenv.__version__"}

@@ -320,6 +320,40 @@ def test_curriculum_draws_one_hop_questions_first(policy):
     assert max(hops[i] for _ in range(20) for i in trainer.sample_indices()) == 2
 
 
+def test_min_hops_and_validation_shape_what_is_sampled(policy):
+    model, tok = policy
+    config = PPOConfig(prompts_per_step=8, group_size=1, algorithm="reinforce++", min_hops=3, validation=100)
+    trainer = Trainer(model, tok, make_envs(8, retriever="random"), config)
+    drawn = {i for _ in range(20) for i in trainer.sample_indices()}
+    assert all(trainer.examples[i].metadata["hops"] >= 3 for i in drawn)
+    assert max(drawn) < len(trainer.examples) - 100  # the validation questions are never trained on
+    with pytest.raises(ValueError, match="leave some to train on"):
+        Trainer(
+            model,
+            tok,
+            make_envs(8, retriever="random"),
+            PPOConfig(prompts_per_step=8, group_size=1, algorithm="reinforce++", validation=900),
+        )
+
+
+def test_grpo_leaves_out_groups_whose_rewards_are_all_equal():
+    """An all-equal group has zero advantage everywhere: before, it was updated on the entropy bonus alone."""
+    from types import SimpleNamespace
+
+    from searchenv.rollout import EpisodeResult
+    from searchenv.tokenization import TokenizedEpisode
+
+    def episode(reward: float) -> EpisodeResult:
+        return EpisodeResult(TokenizedEpisode([1], [2], [1]), reward, {}, {})
+
+    rewards = [1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5]
+    episodes = [episode(r) for r in rewards]
+    grpo = SimpleNamespace(config=PPOConfig(algorithm="grpo", group_size=4, drop_uniform_groups=True))
+    assert [e.reward for e in Trainer._informative(grpo, episodes)] == rewards[:8]  # the third group is all 0.5
+    kept = SimpleNamespace(config=PPOConfig(algorithm="grpo", group_size=4, drop_uniform_groups=False))
+    assert len(Trainer._informative(kept, episodes)) == 12
+
+
 def test_cpu_recipe_is_the_default_and_paper_switches_every_default(tmp_path):
     from searchenv.adapters.ppo import train as train_ppo
 

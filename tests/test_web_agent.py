@@ -66,3 +66,34 @@ def test_a_recorded_web_agent_run_replays_byte_identically_with_no_request(
     replays = [play(agent_env(web, world, "searxng", cache=cache, cache_mode="replay"), world) for _ in range(2)]
     assert dict(web.counts) == calls  # neither the search API nor a page was asked again
     assert replays == [recorded, recorded]
+
+
+def test_the_stand_ins_printed_flags_play_an_agent_that_opens_a_page(web: LocalWeb) -> None:  # noqa: F811
+    """``python -m searchenv.retrievers.web.standin`` prints command-line flags (it printed Python dicts): the
+    command it suggests runs as printed."""
+    import shlex
+    import subprocess
+    import sys
+
+    from searchenv.retrievers.web.standin import usage_lines
+
+    lines = usage_lines(web)
+    assert all("{" not in line for line in lines[:4])  # flags, not dicts
+    command = next(line for line in lines if line.startswith("try:")).removeprefix("try:").split()
+    assert command[:2] == ["searchenv", "play"] and "--protocol" in command
+    actions = "<search> Brosara founded </search>\n<access> 1 </access>\n<answer> 999 </answer>\n"
+    out = subprocess.run(
+        [sys.executable, "-m", "searchenv.cli", *command[1:]],
+        input=actions,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "<information>Page(Title: " in out.stdout and "episode over: answered" in out.stdout
+    assert shlex.split(lines[1].split(":", 1)[1]) == [
+        "--retriever",
+        "searxng",
+        "--retriever-option",
+        f"url={web.searxng_url}",
+    ]

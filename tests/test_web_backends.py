@@ -18,6 +18,7 @@ import pytest
 from searchenv.data.world.generator import generate_world
 from searchenv.http.retry import RetrievalUnavailable
 from searchenv.retrievers import check_retriever_options, make_retriever
+from searchenv.retrievers.web.keys import key_renderings
 from searchenv.retrievers.web.standin import LocalWeb
 
 KEY = "sk-standin-5f3a9c0e7d21"
@@ -80,18 +81,65 @@ def test_html_instead_of_json_is_a_clear_retrieval_error(web: LocalWeb, backend:
     assert "text/html" in error.detail and backend in error.detail
 
 
+#: A key whose escaped and URL-encoded renderings differ from the literal one.
+ODD_KEY = 'sk/live+Zq=="x\\9'
+
+
+@pytest.mark.parametrize("key", [KEY, ODD_KEY])
 @pytest.mark.parametrize("backend", ["serper", "brave"])
 def test_a_key_never_reaches_errors_logs_or_repr(
-    web: LocalWeb, backend: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    world: Any, backend: str, key: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setenv({"serper": "SERPER_API_KEY", "brave": "BRAVE_SEARCH_API_KEY"}[backend], KEY)
-    engine = make_retriever(backend, None, **{k: v for k, v in options(web, backend).items() if k != "api_key"})
-    web.inject("echo_key")  # a 401 whose body quotes the key back
-    with caplog.at_level(logging.DEBUG), pytest.raises(RetrievalUnavailable) as caught:
-        engine.search(["leak"], 2)
+    monkeypatch.setenv({"serper": "SERPER_API_KEY", "brave": "BRAVE_SEARCH_API_KEY"}[backend], key)
+    with LocalWeb(world.corpus, keys={backend: key}) as web:
+        engine = make_retriever(backend, None, **{k: v for k, v in options(web, backend).items() if k != "api_key"})
+        web.inject("echo_key")  # a 401 whose body quotes the key back, JSON-escaped and URL-encoded
+        with caplog.at_level(logging.DEBUG), pytest.raises(RetrievalUnavailable) as caught:
+            engine.search(["leak"], 2)
     assert caught.value.kind == "unauthorized" and "<key>" in caught.value.detail
-    for text in (str(caught.value), caught.value.detail, caplog.text, repr(engine), str(engine.stats())):
-        assert KEY not in text
+    texts = (str(caught.value), caught.value.detail, caplog.text, repr(engine), str(engine.stats()))
+    for form in key_renderings(key):
+        for text in texts:
+            assert form not in text, (form, text)
+
+
+@pytest.mark.parametrize(
+    ("key", "words"),
+    [
+        ("sk-5f3a9c0e7d21\n", "a newline at the end"),
+        ("sk-5f3a9c0e7d21\r\n", "a carriage return"),
+        (" sk-5f3a9c0e7d21", "a space at the start"),
+        ("sk-5f3a 9c0e7d21", "a space inside it"),
+        ("sk-5f3a9c0e7d21\t", "a tab at the end"),
+        ("sk-5f3a9c0e7d21\u00e9", "U+00E9"),
+    ],
+)
+@pytest.mark.parametrize("backend", ["serper", "brave"])
+def test_a_key_with_a_stray_character_is_refused_when_the_retriever_is_built(
+    web: LocalWeb, backend: str, key: str, words: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    variable = {"serper": "SERPER_API_KEY", "brave": "BRAVE_SEARCH_API_KEY"}[backend]
+    monkeypatch.setenv(variable, key)
+    before = web.counts[backend]
+    with pytest.raises(ValueError) as from_env:
+        make_retriever(backend, None, url=web.base_url)
+    with pytest.raises(ValueError) as from_argument:
+        make_retriever(backend, None, url=web.base_url, api_key=key)
+    for caught, where in ((from_env, f"${variable}"), (from_argument, "api_key=")):
+        message = str(caught.value)
+        assert where in message and words in message and "remove the stray character" in message
+        assert "5f3a" not in message  # the key itself is never quoted
+    assert "tr -d" in str(from_env.value)  # the fix for a variable: strip it in the shell
+    assert web.counts[backend] == before  # refused before any request, so nothing is retried
+
+
+def test_a_request_that_cannot_be_sent_is_not_retried() -> None:
+    import httpx
+
+    from searchenv.http.retry import attempt_failed_from_exception
+
+    failure = attempt_failed_from_exception(httpx.LocalProtocolError("Illegal header value b'x\\n'"), 10.0)
+    assert failure.kind == "refused" and not failure.retryable
 
 
 @pytest.mark.parametrize("backend", ["serper", "brave"])

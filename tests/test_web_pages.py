@@ -103,3 +103,71 @@ def test_web_retrievers_are_document_openers(web: LocalWeb, world: Any) -> None:
     documents = engine.open_documents([h.id for h in hits])
     assert [d.ref for d in documents] == [h.id for h in hits]  # type: ignore[union-attr]
     assert world.corpus[3].text[:60] in documents[0].text  # type: ignore[union-attr]
+
+
+def test_a_page_behind_two_gzip_layers_opens(web: LocalWeb, world: Any) -> None:
+    passage = world.corpus[11]
+    (document,) = reader(web).open_documents([f"{web.base_url}/gzip2/{passage.title}"])
+    assert isinstance(document, Document) and passage.text[:80] in document.text
+
+
+def test_a_gzip_bomb_is_cut_at_the_cap_while_it_is_decoded(web: LocalWeb) -> None:
+    """Two gzip layers of a few hundred bytes inflate to 100 MB: the cap holds during decoding, so the memory
+    the reader allocates stays near the cap (before, one network chunk was inflated whole, past 100 MB)."""
+    import tracemalloc
+
+    bomb = f"{web.base_url}/fault/gzip-bomb"
+    limit = 1_000_000
+    reader(web, max_bytes=limit).open_documents([bomb])  # the server builds its bomb once, outside the trace
+    tracemalloc.start()
+    try:
+        (error,) = reader(web, max_bytes=limit).open_documents([bomb])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * limit, f"{peak:,} bytes allocated reading a page capped at {limit:,}"
+    assert isinstance(error, PageError) and error.kind == "too_large" and "decoded" in error.detail, error
+
+
+def test_the_decoder_undoes_any_stack_of_codings_in_bounded_pieces() -> None:
+    import gzip
+    import zlib
+
+    from searchenv.retrievers.web.decoding import PIECE, BoundedDecoder, CorruptCoding, UnknownCoding
+
+    body = b"".join(b"line %d of a page\n" % i for i in range(60_000))  # about 1 MB
+    raw_deflate = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    stacks = {
+        "gzip": gzip.compress(body),
+        "x-gzip, identity": gzip.compress(body),
+        "deflate": zlib.compress(body),
+        "gzip, deflate": raw_deflate.compress(gzip.compress(body)) + raw_deflate.flush(),
+        "gzip, gzip, gzip": gzip.compress(gzip.compress(gzip.compress(body))),
+        "": body,
+    }
+    for encoding, wire in stacks.items():
+        decoder = BoundedDecoder(encoding)
+        pieces = [p for i in range(0, len(wire), 1000) for p in decoder.feed(wire[i : i + 1000])]
+        assert b"".join(pieces) == body, encoding
+        assert max(len(p) for p in pieces) <= max(PIECE, 1000), encoding
+    with pytest.raises(UnknownCoding, match="'br' is not one the page reader decodes"):
+        BoundedDecoder("gzip, br")
+    with pytest.raises(CorruptCoding, match="gzip layer is corrupt"):
+        list(BoundedDecoder("gzip").feed(b"not gzip at all"))
+
+
+def test_extraction_is_bounded_by_the_page_deadline(web: LocalWeb) -> None:
+    """4.9 MB of one-word paragraphs take trafilatura tens of seconds: the page deadline cuts the extraction."""
+    (error,) = reader(web, timeout=2.0).open_documents([f"{web.base_url}/fault/tiny-paragraphs"])
+    assert isinstance(error, PageError) and error.kind == "timeout", error
+    assert "extraction" in error.detail and "page deadline" in error.detail
+    (document,) = reader(web).open_documents([web.page_url(next(iter(web.articles)))])
+    assert isinstance(document, Document)  # the next page opens in a fresh worker
+
+
+def test_extraction_is_bounded_in_memory(web: LocalWeb) -> None:
+    (error,) = reader(web, timeout=60.0, max_memory=128 * 2**20).open_documents(
+        [f"{web.base_url}/fault/tiny-paragraphs"]
+    )
+    assert isinstance(error, PageError) and error.kind == "too_large", error
+    assert "needs more than 128 MiB of memory" in error.detail

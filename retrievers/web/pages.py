@@ -3,17 +3,22 @@
 A model that may open any URL it was shown (or writes) must not hang an episode, fill the memory, read a binary
 file as text, hammer a site or reach into the machine's own network. So every page is fetched under limits:
 
-* **time** — ``connect_timeout`` to connect, ``timeout`` for the whole page (a page that trickles forever is cut
-  at the deadline, not at the first quiet gap);
+* **time** — ``connect_timeout`` to connect, ``timeout`` for the whole page, main-text extraction included (a
+  page that trickles forever is cut at the deadline, not at the first quiet gap; so is an extraction that runs
+  past it, in its worker process: :mod:`.extraction`);
+* **memory** — the extraction of one page may take at most ``max_memory`` bytes (512 MiB) → ``too_large``;
 * **size** — at most ``max_bytes`` read (a larger ``Content-Length`` is refused before reading; a page without one
-  is read up to the cap and then refused);
+  is read up to the cap and then refused); the cap counts decoded bytes as they are produced, whatever the stack
+  of content codings (:mod:`.decoding`: two gzip layers of a few hundred bytes never inflate past it);
 * **type** — HTML, XHTML and plain text only; anything else (PDF, images, archives) is refused as ``binary``;
 * **robots.txt** — honoured by default (RFC 9309: a missing file allows all, an unreachable one forbids all for
-  now), fetched once per site and cached;
+  now, redirects are followed up to five times, across hosts), fetched once per site and cached;
 * **politeness** — request starts to one host spaced by ``host_interval`` seconds;
 * **reach** — ``http``/``https`` only; hosts that resolve to private, loopback or link-local addresses are refused
-  unless listed in ``allowed_hosts`` (a web retriever lists its own search host, so a stand-in's pages open);
-* **no scripts** — pages are parsed, never run: the main text is extracted by trafilatura from the HTML as served.
+  unless listed in ``allowed_hosts`` (a web retriever adds its own search host, so a stand-in's pages open), and
+  the check is made again on the address each connection goes to (:mod:`.reach`: no DNS rebinding);
+* **no scripts** — pages are parsed, never run: the main text is extracted by trafilatura from the HTML as served,
+  in a worker process (:mod:`.extraction`).
 
 Redirects are followed (at most 5) and each hop is checked again. The page is recorded (:mod:`.record`) under its
 normalised URL; a refusal that the page itself decides (robots, type, size, a 4xx status, no text) is recorded as
@@ -22,8 +27,6 @@ such, so a replay fails the same pages the same way; a timeout or an unreachable
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 import threading
 import time
 import urllib.robotparser
@@ -35,6 +38,9 @@ from urllib.parse import urljoin, urlsplit
 from searchenv.answer_store import AnswerStore, NotRecorded
 from searchenv.http.clients import http_client
 from searchenv.http.pacing import RequestPacer
+from searchenv.retrievers.web.decoding import ACCEPT_ENCODING, BoundedDecoder, CorruptCoding, UnknownCoding
+from searchenv.retrievers.web.extraction import DEFAULT_MEMORY, MIN_MEMORY, ExtractionFailed, extract_within
+from searchenv.retrievers.web.reach import Reach, ReachRefused, checked_transport
 from searchenv.retrievers.web.record import normal_url
 from searchenv.types import Document
 
@@ -96,8 +102,10 @@ class PageReader:
         respect_robots: honour robots.txt (default ``True``).
         host_interval: least seconds between two request starts to one host.
         concurrency: pages of one call fetched at once.
-        allowed_hosts: ``host:port`` values that may resolve to private or loopback addresses.
+        allowed_hosts: ``host:port`` (or ``host``: ports 80 and 443) values that may resolve to private or loopback
+            addresses.
         allow_private: allow every private, loopback or link-local address (a crawler inside a lab network).
+        max_memory: most bytes of memory the extraction of one page may take (:mod:`.extraction`; 512 MiB).
     """
 
     def __init__(
@@ -112,12 +120,21 @@ class PageReader:
         concurrency: int = 4,
         allowed_hosts: Sequence[str] = (),
         allow_private: bool = False,
+        max_memory: int = DEFAULT_MEMORY,
     ):
-        if timeout <= 0 or connect_timeout <= 0 or max_bytes < 1 or host_interval < 0 or concurrency < 1:
+        if (
+            timeout <= 0
+            or connect_timeout <= 0
+            or max_bytes < 1
+            or host_interval < 0
+            or concurrency < 1
+            or max_memory < MIN_MEMORY
+        ):
             raise ValueError(
                 "page reader: need timeout > 0, connect_timeout > 0, max_bytes >= 1, host_interval >= 0, "
-                f"concurrency >= 1; got timeout={timeout}, connect_timeout={connect_timeout}, "
-                f"max_bytes={max_bytes}, host_interval={host_interval}, concurrency={concurrency}"
+                f"concurrency >= 1, max_memory >= 128 MiB; got timeout={timeout}, connect_timeout={connect_timeout}, "
+                f"max_bytes={max_bytes}, host_interval={host_interval}, concurrency={concurrency}, "
+                f"max_memory={max_memory}"
             )
         self.record = record if record is not None else AnswerStore(None)
         self.timeout = float(timeout)
@@ -126,8 +143,10 @@ class PageReader:
         self.respect_robots = bool(respect_robots)
         self.host_interval = float(host_interval)
         self.concurrency = int(concurrency)
-        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
-        self.allow_private = bool(allow_private)
+        self.reach = Reach(allowed_hosts, allow_private)
+        self.allowed_hosts = self.reach.allowed_hosts
+        self.allow_private = self.reach.allow_private
+        self.max_memory = int(max_memory)
         self.requests = 0
         self._lock = threading.Lock()
         self._pacer = RequestPacer(self.host_interval)  # request starts to one host spaced by host_interval
@@ -144,6 +163,12 @@ class PageReader:
             return []
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(refs))) as pool:
             return list(pool.map(self._open_one, refs))
+
+    @property
+    def reach_settings(self) -> dict[str, object]:
+        """The reach settings every fetch of this reader runs under (``allow_private``, ``allowed_hosts``), as
+        plain data: what a stored page's answer depends on besides its URL and the size and robots settings."""
+        return self.reach.settings()
 
     def close(self) -> None:
         with self._lock:
@@ -205,11 +230,16 @@ class PageReader:
                     self._check_response(url, response)
                     body = self._read(url, response, deadline, self.max_bytes)
                     content_type = response.headers.get("content-type", "")
+            except ReachRefused as refused:  # the connection's own check (the name resolved differently)
+                raise PageError(refused.kind, f"{url}: {refused.detail}") from None
             except httpx.TimeoutException:
                 raise PageError("timeout", f"{url}: no answer within {self.timeout:g} s") from None
             except httpx.HTTPError as exc:
                 raise PageError("unreachable", f"{url}: {type(exc).__name__}: {exc}") from None
-            return _extract(url, body, content_type)
+            try:
+                return extract_within(url, body, content_type, deadline, self.max_memory)
+            except ExtractionFailed as failed:
+                raise PageError(failed.kind, failed.detail) from None
         raise PageError("too_many_redirects", f"{url}: more than {MAX_REDIRECTS} redirects")
 
     # -- the limits ---------------------------------------------------------------------------------------------
@@ -220,23 +250,14 @@ class PageReader:
             raise PageError("bad_url", f"{url[:200]!r} is not an http(s) URL")
 
     def _check_reach(self, url: str) -> None:
-        """Refuse a host on this machine's own networks (cloud metadata, internal services) unless allowed."""
+        """Refuse a host on this machine's own networks (cloud metadata, internal services) unless allowed, before
+        any request; the connection itself checks again, on the address it connects to (:mod:`.reach`)."""
         self._check_scheme(url)
         parts = urlsplit(url)
-        if self.allow_private or parts.netloc.lower() in self.allowed_hosts:
-            return
         try:
-            addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or 80)}
-        except (OSError, UnicodeError) as exc:
-            raise PageError("unreachable", f"{url}: cannot resolve {parts.hostname!r} ({exc})") from None
-        for address in addresses:
-            ip = ipaddress.ip_address(address.split("%")[0])
-            if ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved or ip.is_unspecified:
-                raise PageError(
-                    "blocked",
-                    f"{url}: {parts.hostname} resolves to the non-public address {ip}; list "
-                    f"{parts.netloc!r} in allowed_hosts (or set allow_private) to open it",
-                )
+            self.reach.addresses(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+        except ReachRefused as refused:
+            raise PageError(refused.kind, f"{url}: {refused.detail}") from None
 
     def _check_response(self, url: str, response: httpx.Response) -> None:
         status = response.status_code
@@ -253,14 +274,24 @@ class PageReader:
 
     @staticmethod
     def _read(url: str, response: httpx.Response, deadline: float, limit: int) -> bytes:
+        """The decoded body, at most ``limit`` bytes: the raw bytes are decoded piece by piece
+        (:mod:`.decoding`) and counted as they are produced, so no stack of codings inflates past the cap."""
+        try:
+            decoder = BoundedDecoder(response.headers.get("content-encoding", ""))
+        except UnknownCoding as exc:
+            raise PageError("binary", f"{url}: {exc}") from None
         chunks, size = [], 0
-        for chunk in response.iter_bytes():
-            size += len(chunk)
-            if size > limit:
-                raise PageError("too_large", f"{url}: more than {limit:,} bytes")
-            if time.monotonic() > deadline:
-                raise PageError("timeout", f"{url}: still sending after the page deadline ({size:,} bytes read)")
-            chunks.append(chunk)
+        try:
+            for raw in response.iter_raw():
+                for piece in decoder.feed(raw):
+                    size += len(piece)
+                    if size > limit:
+                        raise PageError("too_large", f"{url}: more than {limit:,} bytes (decoded)")
+                    _check_deadline(url, deadline, size)
+                    chunks.append(piece)
+                _check_deadline(url, deadline, size)  # a chunk that decodes to nothing still spends the time
+        except CorruptCoding as exc:
+            raise PageError("binary", f"{url}: {exc}") from None
         return b"".join(chunks)
 
     def _timeouts(self, deadline: float) -> httpx.Timeout:
@@ -285,64 +316,52 @@ class PageReader:
     def _robots_rules(self, site: str, url: str, deadline: float) -> urllib.robotparser.RobotFileParser:
         """The site's rules, fetched once. An unreachable robots.txt (5xx, no answer) forbids the page for now:
         a transient ``unreachable`` error, not recorded and not cached, so the site is asked again next time."""
-        import httpx
-
         rules = self._robots.get(site)
         if rules is None:
             rules = urllib.robotparser.RobotFileParser()
-            self._wait_host(urlsplit(site).netloc)
+            rules.parse(self._robots_lines(site, url, deadline))
+            self._robots[site] = rules
+        return rules
+
+    def _robots_lines(self, site: str, url: str, deadline: float) -> list[str]:
+        """The lines of the site's robots.txt, as RFC 9309 (2.3.1) reads it: redirects are followed, up to five
+        and across hosts (each hop checked for reach like a page); a 4xx answer, or more than five redirects,
+        means no rules; a 5xx answer or no answer means "unreachable" (forbidden for now)."""
+        import httpx
+
+        location = f"{site}/robots.txt"
+        for _ in range(MAX_REDIRECTS + 1):
             try:
-                with self._http().stream("GET", f"{site}/robots.txt", timeout=self._timeouts(deadline)) as response:
+                self._check_reach(location)
+            except PageError as refused:
+                kind = "blocked" if refused.kind == "blocked" else "unreachable"
+                raise PageError(kind, f"{url}: robots.txt of {site} leads to {refused.detail}") from None
+            self._wait_host(urlsplit(location).netloc)
+            try:
+                with self._http().stream("GET", location, timeout=self._timeouts(deadline)) as response:
                     status = response.status_code
+                    if response.is_redirect and "location" in response.headers:
+                        location = urljoin(location, response.headers["location"])
+                        continue
                     body = self._read(url, response, deadline, ROBOTS_MAX_BYTES) if status == 200 else b""
-            except (httpx.HTTPError, PageError) as exc:
+            except (httpx.HTTPError, PageError, ReachRefused) as exc:
                 raise PageError(
                     "unreachable", f"{url}: robots.txt of {site} unreachable ({type(exc).__name__})"
                 ) from None
             if status >= 500:
                 raise PageError("unreachable", f"{url}: robots.txt of {site} answered HTTP {status}")
-            if status == 200:
-                rules.parse(body.decode("utf-8", errors="replace").splitlines())
-            else:  # 4xx: no rules, everything allowed
-                rules.parse([])
-            self._robots[site] = rules
-        return rules
+            return body.decode("utf-8", errors="replace").splitlines() if status == 200 else []
+        return []  # more than five redirects: RFC 9309 lets a crawler take the file as unavailable
 
     def _http(self) -> httpx.Client:
         with self._lock:
             if self._client is None:  # each request sets its own timeout, from the page's deadline
-                self._client = http_client(timeout=self.timeout, headers={"User-Agent": USER_AGENT})
+                headers = {"User-Agent": USER_AGENT, "Accept-Encoding": ACCEPT_ENCODING}
+                transport = checked_transport(self.reach)  # connects only to the addresses it checked
+                self._client = http_client(timeout=self.timeout, headers=headers, transport=transport)
             return self._client
 
 
-def _extract(url: str, body: bytes, content_type: str) -> dict[str, str]:
-    """The main text (and title) of a page: trafilatura for HTML, the text itself for plain text."""
-    kind = content_type.split(";")[0].strip().lower()
-    if not kind and b"\x00" in body[:4096]:
-        raise PageError("binary", f"{url}: no content type and the body holds NUL bytes")
-    if kind in ("text/plain", "text/markdown"):
-        text = body.decode(_charset(content_type), errors="replace").strip()
-        title = text.split("\n", 1)[0][:200]
-    else:
-        import trafilatura
-
-        found = trafilatura.bare_extraction(body, url=url, with_metadata=True, include_comments=False)
-        text = (getattr(found, "text", None) or "").strip()
-        title = (getattr(found, "title", None) or "").strip()
-    if not text:
-        raise PageError("no_text", f"{url}: no main text found in {len(body):,} bytes")
-    return {"title": title or url, "text": text}
-
-
-def _charset(content_type: str) -> str:
-    """The ``charset`` of a content type when Python knows it, else UTF-8."""
-    import codecs
-
-    for part in content_type.split(";")[1:]:
-        name, _, value = part.strip().partition("=")
-        if name.strip().lower() == "charset":
-            try:
-                return codecs.lookup(value.strip().strip('"')).name
-            except LookupError:
-                break
-    return "utf-8"
+def _check_deadline(url: str, deadline: float, size: int) -> None:
+    if time.monotonic() > deadline:
+        raise PageError("timeout", f"{url}: still sending after the page deadline ({size:,} bytes read)")

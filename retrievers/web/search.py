@@ -10,8 +10,9 @@ how the answer becomes passages; :class:`WebSearchRetriever` does the rest, the 
   :class:`~searchenv.http.retry.RetrievalUnavailable`, so no failure is mistaken for "no results";
 * every request goes through the record (:mod:`.record`) when ``cache=PATH`` is given, keyed by the normalised
   query and the backend's settings (never the key);
-* the key is read from the environment, sent only as the backend's header, and scrubbed from every error text;
-  ``repr`` never shows it;
+* the key is read from the environment and checked when the retriever is built (a stray newline or space is
+  refused there, naming the variable, not retried for a minute); it is sent only as the backend's header and
+  scrubbed, in every rendering (escaped, URL-encoded), from every error text; ``repr`` never shows it;
 * each result is a :class:`~searchenv.types.Passage` whose ``id`` is the result's URL, so ``open_documents`` (the
   :class:`~searchenv.types.DocumentOpener` capability, through :mod:`.pages`) opens exactly what was shown.
 """
@@ -41,6 +42,7 @@ from searchenv.http.retry import (
     attempt_failed_from_exception,
     attempt_failed_from_status,
 )
+from searchenv.retrievers.web.keys import check_key, scrub_key
 from searchenv.retrievers.web.pages import PageReader
 from searchenv.retrievers.web.record import normal_query, normal_url
 from searchenv.retrievers.web.summary import Summariser
@@ -155,9 +157,14 @@ class WebSearchRetriever:
         self.record = AnswerStore(cache, cache_mode, price_per_1k=price)
         if pages is not None and not isinstance(pages, dict):
             raise ValueError(f"pages must be a mapping of PageReader options, got {pages!r}")
-        # A stand-in or a self-hosted instance on this machine serves the result pages too: allow its host.
-        page_options = {"allowed_hosts": [urlsplit(self.url).netloc], **(pages or {})}
-        self.pages = PageReader(record=self.record, **page_options)
+        # A stand-in or a self-hosted instance on this machine serves the result pages too: its host is allowed,
+        # beside the hosts the user allows.
+        page_options = dict(pages or {})
+        user_hosts = page_options.pop("allowed_hosts", ())
+        if isinstance(user_hosts, str):
+            raise ValueError(f"pages.allowed_hosts takes a list of hosts, got the string {user_hosts!r}")
+        allowed = [urlsplit(self.url).netloc, *user_hosts]
+        self.pages = PageReader(record=self.record, allowed_hosts=allowed, **page_options)
         if summariser is not None and not isinstance(summariser, dict):
             raise ValueError(
                 f"summariser must be a mapping of Summariser options (url, model, ...), got {summariser!r}"
@@ -254,7 +261,10 @@ class WebSearchRetriever:
             raise ValueError(
                 f"retriever {self.name!r} needs an API key: set ${variable} (or pass api_key=); {self.key_help}"
             )
-        return key
+        try:
+            return check_key(key, "api_key=" if api_key is not None else f"${variable}")
+        except ValueError as exc:
+            raise ValueError(f"retriever {self.name!r}: {exc}") from None
 
     def _search_one(self, query: str, count: int) -> list[Passage]:
         request = self._request(clip_query(query), count)
@@ -298,9 +308,9 @@ class WebSearchRetriever:
             raise self._scrubbed(AttemptFailed("bad_response", reason, False)) from None
 
     def _scrubbed(self, failure: AttemptFailed) -> AttemptFailed:
-        """The failure with any echo of the key removed from its text (an error body might quote headers)."""
-        if self._key:
-            failure.reason = failure.reason.replace(self._key, "<key>")
+        """The failure with any echo of the key, in any rendering, removed from its text (an error body might
+        quote headers, escaped or URL-encoded)."""
+        failure.reason = scrub_key(failure.reason, self._key)
         return failure
 
     def _http(self) -> httpx.Client:

@@ -12,7 +12,9 @@ Its ranking is a plain count of query words in each article (title words count d
 not an engine. Faults for tests: :meth:`LocalWeb.inject` makes the next search answers HTML instead of JSON,
 429 with ``Retry-After``, 500, 503, 403, or a 401 whose body echoes the key; fixed pages misbehave on every request —
 ``/fault/huge`` (50 MB, announced), ``/fault/unannounced`` (50 MB, no length), ``/fault/endless`` (1 KB every
-0.2 s, forever), ``/fault/binary`` (a PNG), ``/private/…`` (disallowed by ``/robots.txt``).
+0.2 s, forever), ``/fault/binary`` (a PNG), ``/fault/gzip-bomb`` (a few hundred bytes that two gzip layers
+inflate to 100 MB), ``/fault/tiny-paragraphs`` (4.9 MB of one-word paragraphs, slow to extract), ``/private/…``
+(disallowed by ``/robots.txt``); ``/gzip2/<title>`` serves an article behind two gzip layers.
 ``counts`` counts requests per route, so a test can tell that a replay called nothing.
 
 ``python -m searchenv.retrievers.web.standin --port 8080`` serves the generated world until Ctrl-C.
@@ -21,11 +23,14 @@ not an engine. Faults for tests: :meth:`LocalWeb.inject` makes the next search a
 from __future__ import annotations
 
 import argparse
+import functools
+import gzip
 import html
 import json
 import re
 import threading
 import time
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,11 +39,13 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from searchenv.types import Passage
 
-__all__ = ["FAULTS", "LocalWeb", "main"]
+__all__ = ["FAULTS", "LocalWeb", "main", "usage_lines"]
 
 #: What :meth:`LocalWeb.inject` can make the next search answers be.
 FAULTS = ("html", "rate_limit", "server_error", "overloaded", "forbidden", "echo_key")
 HUGE_BYTES = 50 * 1024 * 1024
+#: What ``/fault/gzip-bomb`` inflates to.
+BOMB_BYTES = 100 * 1024 * 1024
 _WORD = re.compile(r"\w+")
 
 
@@ -50,6 +57,8 @@ class LocalWeb:
         host, port: where to listen (``port=0`` picks a free one).
         keys: per backend (``"serper"``, ``"brave"``), the one key accepted; a backend not listed accepts any
             non-empty key.
+        robots_redirect: where ``/robots.txt`` redirects (301), e.g. another site's robots.txt; ``None``: served
+            here (``Disallow: /private/``).
 
     Use as a context manager (``with LocalWeb() as web:``) or call :meth:`start` and :meth:`stop`.
     """
@@ -61,6 +70,7 @@ class LocalWeb:
         host: str = "127.0.0.1",
         port: int = 0,
         keys: dict[str, str] | None = None,
+        robots_redirect: str | None = None,
     ):
         if passages is None:
             from searchenv.data.world.generator import default_world
@@ -71,6 +81,7 @@ class LocalWeb:
             articles[passage.title].append(passage.text)
         self.articles = {title: "\n\n".join(texts) for title, texts in articles.items()}
         self.keys = dict(keys or {})
+        self.robots_redirect = robots_redirect
         self.counts: Counter[str] = Counter()
         self._faults: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
@@ -204,6 +215,8 @@ class _Handler(BaseHTTPRequestHandler):
             )
         elif path == "/robots.txt":
             self._count("robots")
+            if self.server.web.robots_redirect is not None:
+                return self._send(301, b"", "text/plain", {"Location": self.server.web.robots_redirect})
             self._send(200, b"User-agent: *\nDisallow: /private/\n", "text/plain")
         elif path.startswith("/wiki/"):
             self._count("page")
@@ -211,6 +224,13 @@ class _Handler(BaseHTTPRequestHandler):
             if page is None:
                 return self._send(404, b"<html><body>no such article</body></html>", "text/html")
             self._send(200, page.encode(), "text/html; charset=utf-8")
+        elif path.startswith("/gzip2/"):  # the article behind two gzip layers (Content-Encoding: gzip, gzip)
+            self._count("page")
+            page = self.server.web.page(unquote(path[len("/gzip2/") :]))
+            if page is None:
+                return self._send(404, b"<html><body>no such article</body></html>", "text/html")
+            body = gzip.compress(gzip.compress(page.encode()))
+            self._send(200, body, "text/html; charset=utf-8", {"Content-Encoding": "gzip, gzip"})
         elif path.startswith("/private/"):
             self._count("page")
             self._send(200, b"<html><body><p>robots.txt asks crawlers to stay out.</p></body></html>", "text/html")
@@ -260,13 +280,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(503, b'{"message": "Overloaded"}', "application/json")
         elif name == "forbidden":  # a SearXNG instance without the JSON format enabled
             self._send(403, b"<html><body>403 Forbidden</body></html>", "text/html")
-        else:  # echo_key: an error body that quotes the request's key, as some proxies do
-            self._send(401, json.dumps({"message": f"key {key} is not valid"}).encode(), "application/json")
+        else:  # echo_key: an error body that quotes the request's key (JSON-escaped and URL-encoded), as some do
+            echo = {"message": f"key {key} is not valid", "request": f"/search?key={quote(key or '', safe='')}"}
+            self._send(401, json.dumps(echo).encode(), "application/json")
 
     # -- misbehaving pages ----------------------------------------------------------------------------------
     def _fault_page(self, name: str) -> None:
         if name == "binary":
             return self._send(200, b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 16, "image/png")
+        if name == "tiny-paragraphs":
+            return self._send(200, _tiny_paragraphs(), "text/html; charset=utf-8")
+        if name == "gzip-bomb":
+            headers = {"Content-Encoding": "gzip, gzip"}
+            return self._send(200, _gzip_bomb(), "text/html", headers)
         if name not in ("huge", "unannounced", "endless"):
             return self._send(404, b"<html><body>no such fault</body></html>", "text/html")
         self.send_response(200)
@@ -307,6 +333,23 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
 
+@functools.cache
+def _tiny_paragraphs() -> bytes:
+    """About 4.9 MB of HTML in half a million one-word paragraphs: cheap to send, slow to extract."""
+    words = ("alpha", "beta", "gamma", "delta")
+    paragraphs = "".join(f"<p>{words[i % 4]}</p>" for i in range(415_000))
+    return f"<html><head><title>Tiny</title></head><body>{paragraphs}</body></html>".encode()
+
+
+@functools.cache
+def _gzip_bomb() -> bytes:
+    """A few hundred bytes that two gzip layers inflate to :data:`BOMB_BYTES` of HTML."""
+    inner = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    block = b"<p>" + b" " * (1024 * 1024 - 7) + b"</p>\n"
+    layer = b"".join([inner.compress(block) for _ in range(BOMB_BYTES // len(block))] + [inner.flush()])
+    return gzip.compress(layer, 9)
+
+
 def _answer(backend: str, q: str, count: int, hits: list[tuple[str, str, str, float]]) -> dict[str, Any]:
     """The search answer in ``backend``'s wire format."""
     if backend == "searxng":
@@ -335,8 +378,26 @@ def _answer(backend: str, q: str, count: int, hits: list[tuple[str, str, str, fl
     return {"type": "search", "query": {"original": q}, "web": {"type": "search", "results": results}}
 
 
+def usage_lines(web: LocalWeb) -> list[str]:
+    """What to point a command at this web with: the flags of every ``searchenv`` command that builds an
+    environment, per backend, and one command to try (an agent that searches and opens pages)."""
+    flags = {
+        "searxng": f"--retriever searxng --retriever-option url={web.searxng_url}",
+        "serper": f"--retriever serper --retriever-option url={web.serper_url} --retriever-option api_key=any",
+        "brave": f"--retriever brave --retriever-option url={web.brave_url} --retriever-option api_key=any",
+    }
+    return [
+        f"local web at {web.base_url} ({len(web.articles)} articles); add these flags to searchenv play, demo, serve "
+        "or mcp (eval: --retrievers):",
+        *(f"  {backend + ':':<9}{line}" for backend, line in flags.items()),
+        f"try:      searchenv play --protocol asearcher {flags['searxng']}",
+        "          (search with <search> ... </search>, open result N with <access> N </access>; in Python: "
+        f"retriever='searxng', retriever_options={{'url': '{web.searxng_url}'}})",
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Serve the generated world's local web until Ctrl-C and print the URLs to point the retrievers at."""
+    """Serve the generated world's local web until Ctrl-C and print the command-line flags that point at it."""
     parser = argparse.ArgumentParser(
         prog="python -m searchenv.retrievers.web.standin", description=__doc__.split("\n")[0]
     )
@@ -344,10 +405,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (keep the loopback default)")
     args = parser.parse_args(argv)
     with LocalWeb(host=args.host, port=args.port) as web:
-        print(f"local web at {web.base_url} ({len(web.articles)} articles)")
-        print(f"  searxng: retriever_options={{'url': '{web.searxng_url}'}}")
-        print(f"  serper:  retriever_options={{'url': '{web.serper_url}', 'api_key': 'any'}}")
-        print(f"  brave:   retriever_options={{'url': '{web.brave_url}', 'api_key': 'any'}}")
+        for line in usage_lines(web):
+            print(line, flush=True)
         try:
             while True:
                 time.sleep(3600)

@@ -17,6 +17,7 @@ import os
 from searchenv.answer_store import AnswerStore, NotRecorded
 from searchenv.llm.prompter import Prompter, PromptFailure
 from searchenv.llm.sampling import SamplingSettings
+from searchenv.retrievers.web.keys import scrub_key
 from searchenv.retrievers.web.pages import PageError
 from searchenv.retrievers.web.record import normal_url
 from searchenv.types import Document
@@ -94,7 +95,7 @@ class Summariser:
         except NotRecorded as miss:
             return PageError("not_recorded", miss.detail)
         except Exception as exc:  # noqa: BLE001 - one failed note stays that page's failure
-            reason = str(exc)[:300].replace(self._key, "<key>") if self._key else str(exc)[:300]
+            reason = scrub_key(str(exc), self._key)[:300]
             return PageError("summary_failed", f"{document.ref}: {type(exc).__name__}: {reason}")
         return Document(document.ref, document.title, str(note))
 

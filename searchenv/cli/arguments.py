@@ -28,6 +28,7 @@ from searchenv.cli.options import retriever_options as options_of_retriever
 from searchenv.cli.values import key_value, merge_options, non_negative_int, positive_int
 from searchenv.components import check_components
 from searchenv.env.defaults import env_defaults
+from searchenv.extras import missing_module_message
 
 __all__ = [
     "ENV_ARGUMENT_NAMES",
@@ -45,7 +46,18 @@ __all__ = [
 ]
 
 #: Exceptions that mean "the request cannot be done as asked"; they are reported in one line, not a traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, TypeError, RuntimeError, ImportError)
+#: What a command reports as one ``error:`` line (exit 2) rather than a traceback: bad input, a missing file or
+#: package, and a service that does not answer (a dead retrieval URL is checked before anything loads, and its
+#: message says how to start one).
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    FileNotFoundError,
+    TypeError,
+    RuntimeError,
+    ImportError,
+    ConnectionError,
+    TimeoutError,
+)
 
 #: ``SearchQAEnv`` arguments set from the command line: all of them but ``render_mode`` (the command's business).
 ENV_ARGUMENT_NAMES: tuple[str, ...] = tuple(name for name in env_defaults() if name != "render_mode")
@@ -116,13 +128,17 @@ def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def run_handler(handler: Callable[[argparse.Namespace], Any], args: argparse.Namespace, prog: str) -> int:
     """Run a command's handler; a user error prints ``<prog>: error: <message>`` and returns 2, Ctrl-C returns 130.
 
-    ``raise SystemExit("message")`` inside a handler is reported the same way.
+    ``raise SystemExit("message")`` inside a handler is reported the same way; a missing optional module names
+    the extra that provides it (:func:`searchenv.extras.missing_module_message`).
     """
     try:
         return int(handler(args) or 0)
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:  # an optional dependency: name the extra that provides it
+        print(f"{prog}: error: {missing_module_message(exc, prog.removeprefix('searchenv '))}", file=sys.stderr)
+        return 2
     except USER_ERRORS as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2

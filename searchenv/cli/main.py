@@ -162,7 +162,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from searchenv.cli.arguments import run_handler
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(_command_word(argv)).parse_args(argv)
+    command = _command_word(argv)
+    try:
+        parser = build_parser(command)
+    except ModuleNotFoundError as exc:  # a command whose parser needs an optional dependency (train-ppo: torch)
+        from searchenv.extras import missing_module_message
+
+        name = command[0] if command else ""
+        print(f"searchenv {name}: error: {missing_module_message(exc, name)}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     return run_handler(args.handler, args, f"searchenv {args.command}")
 
 

@@ -28,6 +28,7 @@ from searchenv.cache import cache_root
 from searchenv.cli.options import add_dataset_arguments, add_retriever_arguments, retriever_options_by_engine
 from searchenv.cli.values import comma_list, non_negative_int, positive_int, positive_ints
 from searchenv.corpus import Corpus
+from searchenv.extras import require_extra
 from searchenv.types import QAExample, Retriever
 
 __all__ = ["StudyRow", "add_study_parser", "evaluate_engine", "markdown_table", "run_study", "write_csv", "write_plot"]
@@ -76,6 +77,9 @@ def add_study_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     study.add_argument("--k", type=positive_ints, default=[1, 3, 5], help="comma-separated cut-offs")
     study.add_argument("--output", required=True, help="directory for study.csv, study.md and study.png")
+    study.add_argument(
+        "--no-plot", action="store_true", help="write no study.png (plots need matplotlib: the 'plot' extra)"
+    )
     study.add_argument(
         "--index-root",
         default=None,
@@ -163,6 +167,8 @@ def check_study_arguments(args: argparse.Namespace) -> None:
             check_retriever(engine, args.corpus, options[engine], dataset=dataset)
     if Path(args.output).exists() and not Path(args.output).is_dir():
         raise NotADirectoryError(f"--output {args.output!r} exists and is not a directory")
+    if not getattr(args, "no_plot", False):  # checked now, not after every engine has run
+        require_extra("plot", ("matplotlib",), "searchenv study's plot (study.png; or pass --no-plot)")
 
 
 def _engine_options(engine: str, corpus: Corpus, args: argparse.Namespace) -> dict[str, Any]:
@@ -261,9 +267,11 @@ def run_study(args: argparse.Namespace) -> int:
         if created and not any(out.iterdir()):
             out.rmdir()
         raise RuntimeError("no engine finished: " + "; ".join(failures))
-    write_plot(rows, out / "study.png")
+    if not getattr(args, "no_plot", False):
+        write_plot(rows, out / "study.png")
     print(markdown_table(rows))
-    print(f"wrote {out / 'study.csv'}, {out / 'study.md'} and {out / 'study.png'}")
+    plot = "" if getattr(args, "no_plot", False) else f" and {out / 'study.png'}"
+    print(f"wrote {out / 'study.csv'}, {out / 'study.md'}{plot}")
     if failures:
         raise RuntimeError(
             f"{len(failures)} of the runs failed ({'; '.join(failures)}); the finished engines' rows are in "

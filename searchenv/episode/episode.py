@@ -9,13 +9,13 @@ authorship explicit is also what makes retrieved-token masking exact (:mod:`sear
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from searchenv.episode.generation import Generation
 from searchenv.episode.health import HEALTH_METRICS
-from searchenv.episode.turns import Facts, Turn, facts, segments_of
+from searchenv.episode.turns import Facts, FactsTally, Turn, facts, segments_of
 from searchenv.protocol import Protocol
 from searchenv.types import Passage, QAExample
 
@@ -64,10 +64,40 @@ class Episode:
     reward_parts: Mapping[str, float] = field(default_factory=dict)
     generations: list[Generation] = field(default_factory=list)
 
+    # The facts, kept one turn at a time (what a step reads costs the same late in an episode as early).
+    _tally: FactsTally | None = field(default=None, init=False, repr=False, compare=False)
+
     @property
     def facts(self) -> Facts:
-        """Prediction, counts and shown text, derived from the turns (see :func:`searchenv.episode.turns.facts`)."""
-        return facts(self.turns, self.protocol)
+        """Prediction, counts and shown text, derived from the turns (see :class:`searchenv.episode.turns.Facts`)."""
+        return self._synced_tally().facts()
+
+    def facts_of(self, turns: Sequence[Turn]) -> Facts:
+        """The facts of ``turns``: read from the episode's tally when they are its turns and at most one more (the
+        step the environment scores before it applies it), else from the turns alone."""
+        tally = self._synced_tally()
+        count = len(tally.turns)
+        if len(turns) in (count, count + 1) and all(a is b for a, b in zip(turns, tally.turns, strict=False)):
+            if len(turns) > count:  # a refused step's turn is undone by the next sync's rebuild
+                tally.add(turns[-1])
+            return tally.facts()
+        return facts(turns, self.protocol)
+
+    def _synced_tally(self) -> FactsTally:
+        """The tally with every turn of :attr:`turns` folded in (rebuilt if the list was changed other than by
+        appending, or holds a turn a refused step never appended)."""
+        tally, turns = self._tally, self.turns
+        count = 0 if tally is None else len(tally.turns)
+        if (
+            tally is None
+            or count > len(turns)
+            or (count and (tally.turns[0] is not turns[0] or tally.turns[-1] is not turns[count - 1]))
+        ):
+            tally, count = FactsTally(self.protocol), 0
+            self._tally = tally
+        for turn in turns[count:]:
+            tally.add(turn)
+        return tally
 
     @property
     def terminated(self) -> bool:
@@ -83,7 +113,7 @@ class Episode:
     @property
     def prediction(self) -> str | None:
         """The accepted answer, or ``None`` when the episode ended (or runs) without one."""
-        return self.facts.prediction
+        return self._synced_tally().prediction
 
     @property
     def num_actions(self) -> int:
@@ -92,22 +122,22 @@ class Episode:
     @property
     def num_searches(self) -> int:
         """Searches that ran and whose results were shown (failed and skipped searches do not count)."""
-        return self.facts.num_searches
+        return self._synced_tally().num_searches
 
     @property
     def num_opens(self) -> int:
         """Documents opened and shown (failed and skipped opens do not count)."""
-        return self.facts.num_opens
+        return self._synced_tally().num_opens
 
     @property
     def num_invalid(self) -> int:
         """Actions with neither a complete search nor a complete answer."""
-        return self.facts.num_invalid
+        return self._synced_tally().num_invalid
 
     @property
     def retrieved(self) -> list[list[Passage]]:
         """The passages each executed search returned, in order (before clipping)."""
-        return [list(t.passages) for t in self.facts.searches]
+        return [list(t.passages) for t in self._synced_tally().searches]
 
     @property
     def segments(self) -> list[Segment]:

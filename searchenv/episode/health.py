@@ -1,9 +1,12 @@
 """Reasoning-health measurements of one episode's text: how long the model thought, how much of its thinking
 repeats itself, how long its answer is, how often it searched for the same thing twice, how many passages it was shown.
 
+The functions here define each measure on a whole text; :class:`searchenv.episode.turns.FactsTally` keeps the same
+measures one turn at a time (so a step's cost does not grow with the episode), and
+``tests/test_facts_tally.py`` checks the two agree.
+
 A reasoning channel can collapse (empty, or one phrase looped) while the reward still looks fine; these numbers
-show it in every episode's metrics (:func:`searchenv.episode.episode.metrics_of`). They are read from the
-episode's turns by :meth:`searchenv.episode.turns.Facts.of`, and nowhere else.
+show it in every episode's metrics (:func:`searchenv.episode.episode.metrics_of`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from searchenv.protocol.scan import TagScanner
 
 __all__ = [
+    "DEFAULT_THINK_TAGS",
     "HEALTH_METRICS",
     "REPEAT_NGRAM",
     "count_passages",
@@ -32,7 +36,8 @@ HEALTH_METRICS: tuple[str, ...] = (
 
 #: The n of the word n-grams the repetition ratio counts (4: long enough that ordinary prose rarely repeats one).
 REPEAT_NGRAM = 4
-_DEFAULT_THINK_TAGS = ("<think>", "</think>")
+#: The think pair read in protocols that have none.
+DEFAULT_THINK_TAGS = ("<think>", "</think>")
 
 
 def think_text(actions: Iterable[str], think_tags: tuple[str, str] | None) -> str:
@@ -41,7 +46,7 @@ def think_text(actions: Iterable[str], think_tags: tuple[str, str] | None) -> st
     Protocols without a think pair (R-Search, native tool calls) are read with ``<think>`` … ``</think>``, which
     tool-calling models write anyway; a model that writes none has thought 0 words.
     """
-    scanner = TagScanner({"think": think_tags or _DEFAULT_THINK_TAGS})
+    scanner = TagScanner({"think": think_tags or DEFAULT_THINK_TAGS})
     bodies = []
     for action in actions:
         bodies += [action[b.body_start : b.body_end].strip() for b in scanner.read(action).blocks()]

@@ -102,7 +102,7 @@ class Rollout:
         """The environment's own path, at every terminal step: ``turns`` are the episode's, ending with the
         step being taken (the environment scores a step before it appends it)."""
         example, protocol = episode.example, episode.protocol
-        record = facts(turns, protocol)
+        record = episode.facts_of(turns)
         return cls(example.question, example.golden_answers, protocol, record, record.turns, dict(extras or {}))
 
     @classmethod

@@ -15,12 +15,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from searchenv.episode.health import count_passages, count_repeated_queries, repetition_ratio, think_text
+from searchenv.episode.health import DEFAULT_THINK_TAGS, REPEAT_NGRAM, count_passages
 from searchenv.protocol import ParsedAction, Protocol
+from searchenv.protocol.scan import TagScanner
 from searchenv.types import Passage
 
 __all__ = [
     "Facts",
+    "FactsTally",
     "OpenStatus",
     "SearchStatus",
     "Turn",
@@ -128,41 +130,115 @@ class Facts:
     def of(cls, turns: Sequence[Turn], protocol: Protocol, *, credit_searches: bool = True) -> Facts:
         """Read the facts of ``turns``. ``credit_searches=False`` counts no search and no shown text (a bare
         transcript whose information blocks nobody vouches for)."""
-        turns = tuple(turns)
-        final = turns[-1].action if turns else None
-        searches = tuple(t for t in turns if t.searched) if credit_searches else ()
-        shown = (t for t in turns if t.searched or t.read) if credit_searches else ()
-        bodies = (protocol.information_body(t.observation) for t in shown)
-        model_text = "".join(t.action.kept for t in turns)
-        thought = think_text((t.action.kept for t in turns), protocol.think_tags)
-        prediction = final.content if final is not None and final.kind == "answer" else None
-        return cls(
+        tally = FactsTally(protocol, credit_searches=credit_searches)
+        for turn in turns:
+            tally.add(turn)
+        return tally.facts()
+
+
+class FactsTally:
+    """:class:`Facts` kept up to date one turn at a time, so reading them costs the same late in an episode as
+    early: each count, the repeated think 4-grams and the repeated queries are folded in as a turn is added, and
+    only the texts are joined when :meth:`facts` is asked for.
+
+    :meth:`Facts.of` reads every transcript this way (the text path too); an :class:`~searchenv.episode.Episode`
+    keeps one, so a step that reads the episode's counters does not re-read the whole transcript.
+    """
+
+    def __init__(self, protocol: Protocol, *, credit_searches: bool = True):
+        self.protocol = protocol
+        self.credit_searches = credit_searches
+        self.turns: list[Turn] = []
+        self.searches: list[Turn] = []
+        self.num_searches = self.num_failed_searches = self.num_invalid = self.num_opens = self.num_failed_opens = 0
+        self.shown_texts: list[str] = []
+        self.response_words = 0
+        self.think_words = 0
+        self._ends_in_word = False  # the model text so far ends inside a word (joined text may merge two)
+        self._think_scanner = TagScanner({"think": protocol.think_tags or DEFAULT_THINK_TAGS})
+        self._grams: set[tuple[str, ...]] = set()
+        self._gram_count = 0
+        self._gram_tail: list[str] = []  # the last REPEAT_NGRAM - 1 think words: a 4-gram spans turns
+        self._queries: set[str] = set()
+        self._repeated_queries = 0
+        self._passages: int | None = 0
+
+    def add(self, turn: Turn) -> None:
+        """Fold one more turn in (the turns of an episode, in order)."""
+        self.turns.append(turn)
+        kept = turn.action.kept
+        self.num_invalid += turn.action.kind == "invalid"
+        if kept.strip():
+            merged = self._ends_in_word and not kept[0].isspace()
+            self.response_words += len(kept.split()) - merged
+        if kept:
+            self._ends_in_word = not kept[-1].isspace()
+        words = self._think_words(kept)
+        self.think_words += len(words)
+        grams = self._new_grams(words)
+        self._grams.update(grams)
+        self._gram_count += len(grams)
+        self._gram_tail = (self._gram_tail + words)[-(REPEAT_NGRAM - 1) :]
+        if not self.credit_searches:
+            return
+        self.num_failed_searches += turn.search == "failed"
+        self.num_opens += turn.read
+        self.num_failed_opens += turn.opened == "failed"
+        if turn.searched or turn.read:
+            body = self.protocol.information_body(turn.observation)
+            if body is not None:
+                self.shown_texts.append(body)
+        if turn.searched:
+            self.searches.append(turn)
+            self.num_searches += 1
+            key = " ".join((turn.action.content or "").lower().split())
+            self._repeated_queries += key in self._queries
+            self._queries.add(key)
+            if self._passages is not None:
+                body = self.protocol.information_body(turn.observation) or ""
+                count = count_passages(body, self.protocol.passage_template)
+                self._passages = None if count is None else self._passages + count
+
+    @property
+    def prediction(self) -> str | None:
+        """The content of the accepted answer, when the final action is one."""
+        final = self.turns[-1].action if self.turns else None
+        return final.content if final is not None and final.kind == "answer" else None
+
+    def facts(self) -> Facts:
+        """The facts of the turns added so far."""
+        turns = tuple(self.turns)
+        prediction = self.prediction
+        repeated = self._gram_count - len(self._grams)
+        return Facts(
             turns=turns,
             prediction=prediction,
-            searches=searches,
+            searches=tuple(self.searches),
             num_actions=len(turns),
-            num_searches=len(searches),
-            num_failed_searches=sum(t.search == "failed" for t in turns) if credit_searches else 0,
-            num_invalid=sum(t.action.kind == "invalid" for t in turns),
-            num_opens=sum(t.read for t in turns) if credit_searches else 0,
-            num_failed_opens=sum(t.opened == "failed" for t in turns) if credit_searches else 0,
-            shown_texts=tuple(body for body in bodies if body is not None),
-            model_text=model_text,
+            num_searches=self.num_searches,
+            num_failed_searches=self.num_failed_searches,
+            num_invalid=self.num_invalid,
+            num_opens=self.num_opens,
+            num_failed_opens=self.num_failed_opens,
+            shown_texts=tuple(self.shown_texts),
+            model_text="".join(t.action.kept for t in turns),
             response="".join(t.action.kept + t.observation for t in turns),
-            response_words=len(model_text.split()),
-            think_words=len(thought.split()),
-            think_repetition=repetition_ratio(thought),
+            response_words=self.response_words,
+            think_words=self.think_words,
+            think_repetition=repeated / self._gram_count if self._gram_count else 0.0,
             answer_words=len(prediction.split()) if prediction else 0,
-            num_repeated_searches=count_repeated_queries([t.action.content or "" for t in searches]),
-            passages_read=_passages_read(searches, protocol),
+            num_repeated_searches=self._repeated_queries,
+            passages_read=self._passages if self.credit_searches else 0,
         )
 
+    def _think_words(self, action: str) -> list[str]:
+        """The lower-cased words of the action's think blocks (:func:`~searchenv.episode.health.think_text`)."""
+        blocks = self._think_scanner.read(action).blocks()
+        return [word for b in blocks for word in action[b.body_start : b.body_end].lower().split()]
 
-def _passages_read(searches: Sequence[Turn], protocol: Protocol) -> int | None:
-    """The passages of every search's information block, by the one counting rule of both paths."""
-    template = protocol.passage_template
-    counts = [count_passages(protocol.information_body(t.observation) or "", template) for t in searches]
-    return None if None in counts else sum(counts)  # type: ignore[arg-type]
+    def _new_grams(self, words: list[str]) -> list[tuple[str, ...]]:
+        joined = self._gram_tail + words
+        return list(zip(*(joined[i:] for i in range(REPEAT_NGRAM))))
 
 
 def facts(turns: Sequence[Turn], protocol: Protocol, *, credit_searches: bool = True) -> Facts:

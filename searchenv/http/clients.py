@@ -39,11 +39,16 @@ def http_client(
     headers: Mapping[str, str] | None = None,
     pool_size: int | None = None,
     follow_redirects: bool = False,
+    transport: httpx.BaseTransport | None = None,
 ) -> httpx.Client:
-    """A pooled synchronous client (``pool_size=None``: httpx's default pool of 100 connections)."""
+    """A pooled synchronous client (``pool_size=None``: httpx's default pool of 100 connections); ``transport``
+    replaces httpx's own (the page reader's connects only to the addresses it checked)."""
     import httpx
 
-    return httpx.Client(**_options(timeout, headers, pool_size, follow_redirects))
+    options = _options(timeout, headers, pool_size, follow_redirects)
+    if transport is not None:
+        options["transport"] = transport
+    return httpx.Client(**options)
 
 
 def async_http_client(

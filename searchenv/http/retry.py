@@ -149,6 +149,8 @@ def attempt_failed_from_exception(exc: BaseException, timeout: float) -> Attempt
 
     if isinstance(exc, httpx.TimeoutException):
         return AttemptFailed("timeout", f"timed out after {timeout:g}s ({type(exc).__name__})", True)
+    if isinstance(exc, httpx.LocalProtocolError):  # the request cannot be sent (an illegal header): no retry cures it
+        return AttemptFailed("refused", f"the request could not be sent: {type(exc).__name__}: {exc}", False)
     if isinstance(exc, httpx.TransportError):  # refused, reset, closed mid-answer: a restart cures these
         return AttemptFailed("unreachable", f"{type(exc).__name__}: {exc}", True)
     return AttemptFailed("bad_response", f"{type(exc).__name__}: {exc}", False)

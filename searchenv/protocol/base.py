@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -271,6 +272,31 @@ class Protocol:
         )
         return self._information_block(body if self.passage_layout == "clean" else body.strip())
 
+    def shown_contents(self, body: str) -> list[str]:
+        """The passages (or the page) of an information block's ``body`` as their source wrote them: one string per
+        passage, the labels the environment writes around each removed (``Doc 1(Title: `` and ``) `` of
+        :attr:`passage_template`, ``Page(Title: `` of :attr:`page_template`).
+
+        What a retrieval hit is judged on: a gold answer ``1``, ``Doc`` or ``Title`` is in every block the
+        environment writes, so it must not count. Passages are told apart by the rank header, as
+        :func:`~searchenv.episode.health.count_passages` does; a passage whose own text holds a label loses that
+        label's words too (a corpus rarely writes ``Doc 2(Title:``).
+        """
+        header, labels = self._label_patterns
+        pieces = header.split(body) if header is not None else [body]
+        return [labels.sub(" ", piece) for piece in pieces if piece.strip()]
+
+    @cached_property
+    def _label_patterns(self) -> tuple[re.Pattern[str] | None, re.Pattern[str]]:
+        """The passage header (the label holding ``{rank}``) and every label of both templates, as patterns."""
+        passage_labels, page_labels = _labels(self.passage_template), _labels(self.page_template)
+        header = next((label for label in passage_labels if r"\d+" in label), None)
+        labels = sorted(set(passage_labels + page_labels), key=len, reverse=True)
+        return (
+            None if header is None else re.compile(header),
+            re.compile("|".join(labels)) if labels else re.compile(r"(?!)"),
+        )
+
     def format_open_error(self, missing: bool) -> str:
         """The fixed information block of a failed open: the reference named no document (``missing``), or the
         document could not be opened. Like :meth:`format_error`, never any detail."""
@@ -322,6 +348,21 @@ def defuse_chat_control(text: str) -> str:
     single guillemets, as :meth:`Protocol.neutralise` does: for text inserted into a prompt outside any protocol
     (a candidate answer in the judge's prompt)."""
     return _CHAT_CONTROL.sub(_guillemets, text) if "<" in text else text
+
+
+def _labels(template: str) -> list[str]:
+    """The labels of a passage or page template as regular expressions: each run of literal text and ``{rank}``
+    (a number) between the fields a source fills (``title``, ``text``, ``ref``), whitespace-only runs left out."""
+    labels, current = [], ""
+    for literal, field_name, _, _ in string.Formatter().parse(template):
+        current += re.escape(literal)
+        if field_name == "rank":
+            current += r"\d+"
+        elif field_name is not None:
+            labels.append(current)
+            current = ""
+    labels.append(current)
+    return [label for label in labels if re.sub(r"\\?\s", "", label)]
 
 
 def _guillemets(match: re.Match[str]) -> str:

@@ -25,11 +25,14 @@ from numba import njit
 from tqdm.auto import tqdm
 
 from searchenv.corpus import Corpus, DiskCorpus
+from searchenv.retrievers.bm25.native.compile_notice import announce_compiles
 from searchenv.retrievers.bm25.native.index_format import ARRAY_FILES, CollectionStats, lucene_weights, norm_byte
 from searchenv.retrievers.bm25.native.postings import BLOCK, encode_terms
 from searchenv.retrievers.bm25.native.segments import SegmentAnalyser, SegmentPostings
 from searchenv.retrievers.bm25.native.term_lookup import write_term_table
 from searchenv.types import split_contents
+
+announce_compiles()  # one line on stderr while numba compiles the kernels (the first run after installing)
 
 __all__ = ["DEFAULT_MERGE_POSTINGS", "DEFAULT_SEGMENT_DOCS", "build_native_index", "jsonl_search_texts"]
 

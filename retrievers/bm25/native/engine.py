@@ -26,11 +26,14 @@ import numpy as np
 from numba import njit
 
 from searchenv.retrievers.bm25.analyzer import EnglishAnalyzer
+from searchenv.retrievers.bm25.native.compile_notice import announce_compiles
 from searchenv.retrievers.bm25.native.heap import heap_push, pop_best_first
 from searchenv.retrievers.bm25.native.index_format import ARRAY_FILES
 from searchenv.retrievers.bm25.native.postings import BLOCK, decode_block, impact
 from searchenv.retrievers.bm25.native.term_at_a_time import TERM_AT_A_TIME_POSTINGS, decode_all, term_at_a_time_kernel
 from searchenv.retrievers.bm25.native.term_lookup import TermTable
+
+announce_compiles()  # one line on stderr while numba compiles the kernels (the first run after installing)
 
 __all__ = ["JOBS_PER_THREAD", "MIN_QUERIES_PER_JOB", "SEED_FROM_BLOCKS", "NativeEngine"]
 

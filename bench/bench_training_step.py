@@ -1,0 +1,113 @@
+"""A training step of the built-in GRPO loop, this checkout against an earlier commit, in the same run.
+
+Each side trains SmolLM2-135M on the generated world at the CPU recipe's sizes (2 questions x 4 episodes, the
+worked-example prompt, 2 passages of <= 40 words, 2 actions of <= 32 tokens, micro-batches of 4) in its own child
+process, and the two sides alternate, so both meet the same machine load. The earlier commit is checked out into a
+temporary git worktree and imported from there (its top-level folders are linked into a ``searchenv`` package the
+way the install maps them), so nothing of this checkout runs on its side. Reported per side: the median step, its
+rollout and update parts (the first step of each child, which pays one-time costs, is left out), and the ratio.
+
+    OMP_WAIT_POLICY=passive python bench/bench_training_step.py --baseline ea36c0d --repeats 3 --steps 4 \
+        --json runs/bench_training_step.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {"dataset": "world", "retriever": "bm25", "reward": "r1-searcher-stage1", "protocol": "search-r1-fewshot"}
+ENV |= {"max_turns": 2, "topk": 2, "max_information_words": 40}
+CONFIG = {"algorithm": "grpo", "lr": 3e-5, "prompts_per_step": 2, "group_size": 4, "mini_batch_size": 8}
+CONFIG |= {"micro_batch_size": 4, "max_new_tokens": 32, "max_total_tokens": 512, "kl_coef": 0.0, "chat_template": False}
+
+
+def _child(steps: int, threads: int) -> dict:
+    import torch
+
+    from searchenv.adapters.ppo.trainer import PPOConfig, Trainer
+    from searchenv.adapters.rollout.generation import load_policy, make_envs  # the path both sides have
+
+    torch.set_num_threads(threads)
+    model, tokenizer = load_policy("smollm2-135m")
+    config = PPOConfig(**CONFIG, steps=steps)
+    trainer = Trainer(model, tokenizer, make_envs(config.episodes_per_step, **ENV), config)
+    rows = []
+    for _ in range(steps):
+        metrics = trainer.step()
+        rows.append({k: metrics[k] for k in ("ppo/step_seconds", "ppo/rollout_seconds", "ppo/update_seconds")})
+        rows[-1]["model_tokens"] = metrics["rollout/model_tokens"]
+    return {"steps": rows}
+
+
+def _checkout(revision: str, scratch: Path) -> Path:
+    """A folder whose ``searchenv`` package is ``revision``'s code, laid out as the install maps it."""
+    tree = scratch / "tree"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), revision], check=True)
+    package = scratch / "path" / "searchenv"
+    package.mkdir(parents=True)
+    for entry in (tree / "searchenv").iterdir():
+        (package / entry.name).symlink_to(entry)
+    for folder in ("retrievers", "reward_specs", "adapters"):
+        (package / folder).symlink_to(tree / folder)
+    return scratch / "path"
+
+
+def _run_side(path: Path | None, steps: int, threads: int) -> dict:
+    env = {**os.environ, "OMP_WAIT_POLICY": "passive", "TOKENIZERS_PARALLELISM": "false"}
+    if path is not None:
+        env["PYTHONPATH"] = str(path)
+    command = [sys.executable, __file__, "--child", "--steps", str(steps), "--threads", str(threads)]
+    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True, cwd=path or REPO).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline", default="ea36c0d", help="the earlier commit to compare with")
+    parser.add_argument("--repeats", type=int, default=3, help="child processes per side, alternating")
+    parser.add_argument("--steps", type=int, default=4, help="training steps per child (the first is left out)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(_child(args.steps, args.threads)))
+        return
+    sides: dict[str, list[dict]] = {args.baseline: [], "this checkout": []}
+    with tempfile.TemporaryDirectory(prefix="bench-training-step-") as scratch:
+        baseline = _checkout(args.baseline, Path(scratch))
+        try:
+            for repeat in range(args.repeats):
+                for name, path in ((args.baseline, baseline), ("this checkout", None)):
+                    steps = _run_side(path, args.steps, args.threads)["steps"][1:]
+                    sides[name] += steps
+                    print(f"repeat {repeat + 1} {name}: " + ", ".join(f"{s['ppo/step_seconds']:.1f}" for s in steps))
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(Path(scratch) / "tree")])
+    summary = {}
+    for name, steps in sides.items():
+        summary[name] = {
+            key: statistics.median(s[key] for s in steps)
+            for key in ("ppo/step_seconds", "ppo/rollout_seconds", "ppo/update_seconds", "model_tokens")
+        }
+        parts = summary[name]
+        print(
+            f"{name:>14}: step {parts['ppo/step_seconds']:.1f} s (rollout {parts['ppo/rollout_seconds']:.1f}, "
+            f"update {parts['ppo/update_seconds']:.1f}), {parts['model_tokens']:.0f} model tokens / episode"
+        )
+    old, new = (summary[name]["ppo/step_seconds"] for name in sides)
+    print(f"speed-up: {old / new:.2f}x (median step, same run, {args.threads} thread(s))")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "sides": sides, "summary": summary}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The learning recipe's parts: demonstrations the environment plays, the warm start, GRPO without all-equal
+groups, validation during RL, the evidence table and its paired intervals, and the one-command run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from searchenv.adapters.learn.evidence import per_question_rows, read_rows, summary_markdown, write_rows
+from searchenv.adapters.sft.demonstrations import (
+    demonstrator_actions,
+    transcript_demonstrations,
+    world_demonstrations,
+)
+from searchenv.data.world.generator import default_world
+from searchenv.evaluation.paired import paired_bootstrap
+
+ENV = {"dataset": "world", "retriever": "bm25", "reward": "em", "topk": 2, "max_information_words": 70}
+ENV |= {"max_turns": 6, "protocol": "search-r1"}
+
+
+def test_the_demonstrator_searches_a_key_phrase_per_hop_and_answers():
+    question = next(q for q in default_world().dataset("train") if q.metadata["hops"] == 2)
+    actions = demonstrator_actions(question)
+    entities, answers = question.metadata["entities"], question.metadata["hop_answers"]
+    assert len(actions) == 3 and actions[-1].endswith(f"<answer> {question.golden_answers[0]} </answer>")
+    assert f"<search> {entities[0]} " in actions[0] and f"<search> {entities[1]} " in actions[1]
+    assert answers[0] in actions[1].split("</think>")[0]  # the think block says what the first passage gave
+
+
+def test_world_demonstrations_are_played_by_the_environment_and_filtered():
+    demonstrations, counts = world_demonstrations(ENV, max_hops=2, limit=12, held_out=64)
+    assert counts["kept"] == len(demonstrations) == 12
+    world = default_world().dataset("train")
+    held_out = {q.id for q in world[-64:]}
+    for demonstration in demonstrations:
+        assert demonstration.hops <= 2 and demonstration.id not in held_out
+        authors = [author for author, _ in demonstration.segments]
+        assert authors == ["model", "env"] * demonstration.hops + ["model"]  # real information blocks between
+        question = next(q for q in world if q.id == demonstration.id)
+        for hop, answer in enumerate(question.metadata["hop_answers"]):  # every hop's answer was shown
+            assert answer in demonstration.segments[2 * hop + 1][1]
+    # a passage cap that hides the facts leaves those questions out rather than teaching a guess
+    _, tight = world_demonstrations({**ENV, "max_information_words": 10}, max_hops=1, limit=20)
+    assert tight["hop_not_shown"] > 0
+    with pytest.raises(ValueError, match="train split only"):
+        world_demonstrations({**ENV, "split": "test"})
+
+
+def test_transcript_demonstrations_keep_rewarded_episodes_and_refuse_test_questions(tmp_path):
+    def record(reward: float, split: str = "train", policy: str = "teacher") -> str:
+        segments = [{"author": "model", "text": "<answer> x </answer>"}]
+        row = {"id": "q", "prompt": "Q?", "segments": segments, "reward": reward, "policy": policy}
+        return json.dumps({**row, "settings": {"split": split}})
+
+    path = tmp_path / "transcripts.jsonl"
+    path.write_text("\n".join([record(1.0), record(0.0), record(1.0, policy="other")]) + "\n")
+    assert len(transcript_demonstrations(path)) == 2
+    assert len(transcript_demonstrations(path, policies=["teacher"])) == 1
+    assert len(transcript_demonstrations(path, min_reward=0.0)) == 3
+    path.write_text(record(1.0, split="test") + "\n")
+    with pytest.raises(ValueError, match="test split"):
+        transcript_demonstrations(path)
+    path.write_text('{"prompt": "no segments"}\n')
+    with pytest.raises(ValueError, match="transcripts.jsonl:1: not a transcript record"):
+        transcript_demonstrations(path)
+
+
+def test_paired_bootstrap_resolves_a_consistent_gain_and_not_noise():
+    ids = [f"q{i}" for i in range(200)]
+    better = {q: 1.0 if i % 2 == 0 else 0.0 for i, q in enumerate(ids)}
+    worse = {q: 1.0 if i % 4 == 0 else 0.0 for i, q in enumerate(ids)}  # right only where `better` is
+    gain = paired_bootstrap(better, worse)
+    assert gain.difference == pytest.approx(0.25) and gain.excludes_zero and gain.low > 0.15
+    assert not paired_bootstrap(better, dict(better)).excludes_zero
+    shuffled = {q: better[ids[(i + 1) % 200]] for i, q in enumerate(ids)}  # the same EM, other questions right
+    assert not paired_bootstrap(better, shuffled).excludes_zero
+    with pytest.raises(ValueError, match="share no evaluated question"):
+        paired_bootstrap({"a": 1.0}, {"b": 1.0})
+
+
+def test_the_evidence_table_has_one_row_per_policy_mode_and_question(tmp_path):
+    records = [
+        {"policy": p, "method": m, "id": f"test-{i}", "em": float(p == "rl" and i < 3), "num_searches": i % 3}
+        for p in ("rl", "sft")
+        for m in ("agent", "rag")
+        for i in range(6)
+    ]
+    rows = per_question_rows(records, {f"test-{i}": 1 + i % 4 for i in range(6)}, "world")
+    assert len(rows) == 24 and rows[0]["id"].startswith("world/")
+    write_rows(rows, tmp_path / "per_question.csv")
+    assert (tmp_path / "per_question.csv").read_text().splitlines()[0] == "policy,mode,id,hops,em,searches"
+    assert read_rows(tmp_path / "per_question.csv") == rows
+    summary = summary_markdown(rows)
+    assert "| rl | agent | 6 | 0.500 |" in summary and "| sft agent | 6 | 0.000 | +0.500" in summary
+    assert "## EM by hop count" in summary
