@@ -95,3 +95,75 @@ def test_the_evidence_table_has_one_row_per_policy_mode_and_question(tmp_path):
     summary = summary_markdown(rows)
     assert "| rl | agent | 6 | 0.500 |" in summary and "| sft agent | 6 | 0.000 | +0.500" in summary
     assert "## EM by hop count" in summary
+
+
+def test_the_warm_start_lowers_the_loss_of_its_demonstrations_and_trains_only_the_top_layers(smollm2_dir, tmp_path):
+    import torch
+
+    from searchenv.adapters.ppo.batch import collate, token_logprobs
+    from searchenv.adapters.sft.trainer import SFTConfig, SFTTrainer
+    from searchenv.protocol import get_protocol
+    from searchenv.rollout import load_policy, read_run_settings
+
+    torch.set_num_threads(1)
+    demonstrations, _ = world_demonstrations(ENV, max_hops=1, limit=2)
+    model, tokenizer = load_policy(str(smollm2_dir))
+    bottom = model.get_decoder().layers[0].mlp.down_proj.weight.detach().clone()
+    config = SFTConfig(lr=3e-4, steps=3, batch_size=2, micro_batch_size=1, warmup_steps=0, trainable_layers=2)
+    settings = {"model": "smollm2-135m", "protocol": "search-r1", "chat_template": False, "max_turns": 6}
+    settings |= {"budget": "actions", "topk": 2, "reward": "em", "dataset": "world", "split": "train"}
+    settings |= {"retriever": "bm25", "retriever_options": {}}
+    trainer = SFTTrainer(
+        model, tokenizer, demonstrations, get_protocol("search-r1"), config, output_dir=tmp_path, run_settings=settings
+    )
+
+    def loss() -> float:
+        batch = collate(trainer.episodes, [0.0] * len(trainer.episodes), tokenizer.pad_token_id)
+        with torch.no_grad():
+            return float(-(token_logprobs(model, batch) * batch.loss_mask).sum() / batch.loss_mask.sum())
+
+    before = loss()
+    history = trainer.train()
+    assert len(history) == 3 and loss() < before
+    assert torch.equal(model.get_decoder().layers[0].mlp.down_proj.weight, bottom)  # below the top 2: frozen
+    saved = read_run_settings(tmp_path / "final")
+    assert saved["algorithm"] == "sft" and saved["protocol"] == "search-r1" and saved["demonstrations"] == 2
+
+
+def test_train_sft_refuses_bad_options_before_any_model_loads(capsys):
+    from searchenv.cli.main import main
+
+    assert main(["train-sft", "--batch-size", "3", "--micro-batch-size", "2", "--output-dir", ""]) == 2
+    assert "multiple of micro_batch_size" in capsys.readouterr().err
+    assert main(["train-sft", "--split", "test", "--output-dir", ""]) == 2
+    assert "train split only" in capsys.readouterr().err
+
+
+def test_the_learning_run_is_one_command_of_named_stages(tmp_path, capsys):
+    from searchenv.cli.main import main
+
+    assert main(["learn", "--dry-run", "--output", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    stages = [line[2:] for line in out.splitlines() if line.startswith("# ")]
+    assert stages == ["sft", "rl", "rl", "world2", "eval", "eval"]
+    assert "--retriever random" in out and "--no-demonstration" in out and "--split test" not in out
+    assert out.count("train-ppo --model") == 2 and "--validation 64" in out
+
+
+@pytest.mark.slow
+def test_the_learning_run_goes_end_to_end_and_resumes(tmp_path, capsys):
+    """Every stage at its smallest (``--tiny``), then a rerun that skips what is done."""
+    from searchenv.adapters.learn.evidence import COLUMNS
+    from searchenv.cli.main import main
+
+    output = tmp_path / "run"
+    assert main(["learn", "--tiny", "--output", str(output)]) == 0
+    rows = read_rows(output / "per_question.csv")
+    assert {(r["policy"], r["mode"]) for r in rows} == {
+        (p, m) for p in ("base", "sft", "rl", "rl_random") for m in ("agent", "rag")
+    }
+    assert {r["id"].split("/")[0] for r in rows} == {"world", "world-seed1"} and set(rows[0]) == set(COLUMNS)
+    assert (output / "summary.md").exists() and (output / "training.png").exists() and (output / "hops.png").exists()
+    capsys.readouterr()
+    assert main(["learn", "--tiny", "--output", str(output)]) == 0
+    assert capsys.readouterr().out.count("already done") == 4

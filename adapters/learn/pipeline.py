@@ -41,6 +41,7 @@ __all__ = ["EVAL_SETTINGS", "RL_RECIPE", "Stage", "plan", "run", "write_evidence
 #: left out of the update, questions of two hops or more, the warm start's trainable layers, validation on the
 #: 64 held-out train questions every 5 steps.
 RL_RECIPE: dict[str, Any] = {
+    "demonstration": False,  # train-ppo's CPU recipe prepends a worked example; the warm start needs none
     "algorithm": "grpo",
     "prompts_per_step": 2,
     "group_size": 8,
@@ -92,9 +93,14 @@ class Stage:
 
 
 def _flags(options: dict[str, Any]) -> list[str]:
+    """Command-line words for ``options``: ``--key value``, or ``--key`` / ``--no-key`` for a boolean."""
     words = []
     for key, value in options.items():
-        words += [f"--{key.replace('_', '-')}", str(value)]
+        flag = key.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(f"--{flag}" if value else f"--no-{flag}")
+        else:
+            words += [f"--{flag}", str(value)]
     return words
 
 

@@ -150,7 +150,7 @@ class SFTTrainer:
             logprobs = token_logprobs(self.model, micro)
             loss = -(logprobs * micro.loss_mask).sum() / tokens  # the batch's mean over model tokens
             loss.backward()
-            loss_sum += float(loss)
+            loss_sum += loss.item()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, cfg.max_grad_norm)
         self.optimizer.step()
         self.global_step += 1
