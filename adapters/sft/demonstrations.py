@@ -5,8 +5,8 @@ and 0.5B needed a distilled warm start, DGPO) first learns it from demonstration
 
 - :func:`world_demonstrations`: a scripted demonstrator over the embedded world's questions. The world knows
   every question's hop chain (``metadata["entities"]``, ``["relations"]``, ``["hop_answers"]``), so the
-  demonstrator searches one key phrase per hop (``"<entity> <relation word>"``), says in its think block what the
-  passage told it, and answers. The *environment* plays these actions: the information blocks are the real
+  demonstrator plans its hops, searches one key phrase per hop (``"<entity> <relation word>"``), says in its think
+  block what the passage told it and what comes next, and answers. The *environment* plays these actions: the information blocks are the real
   engine's results under the run's settings, and only episodes whose every hop answer was shown and whose answer
   scores are kept, so a demonstration never teaches copying what was not on the page.
 - :func:`transcript_demonstrations`: ``searchenv eval`` transcripts (a stronger model's, say), filtered by reward:
@@ -66,17 +66,22 @@ class Demonstration:
 
 
 def demonstrator_actions(example: QAExample) -> list[str]:
-    """The scripted demonstrator's actions for one world question: a think block and a key-phrase search per hop,
-    each think saying what the previous passage gave, then the answer (the question's first gold)."""
+    """The scripted demonstrator's actions for one world question: a plan naming every hop first ("I need the
+    founder of X, then its employer."), then per hop a key-phrase search and a think block saying what the passage
+    gave and what comes next, then the answer (the question's first gold). The plan carries the hop count through
+    the episode, so whether to search again is read off the plan rather than guessed after every passage."""
     meta = example.metadata
     relations, entities, answers = meta["relations"], meta["entities"], meta["hop_answers"]
-    actions, known = [], ""
+    names = [RELATION_WORDS[relation][1] for relation in relations]
+    plan = f"I need the {names[0]} of {entities[0]}" + "".join(f", then its {name}" for name in names[1:]) + "."
+    actions, thought = [], plan
     for hop, relation in enumerate(relations):
-        query_word, name = RELATION_WORDS[relation]
-        need = f"I need the {name} of {entities[hop]}."
-        actions.append(f"<think> {known}{need} </think>\n<search> {entities[hop]} {query_word} </search>")
-        known = f"The {name} of {entities[hop]} is {answers[hop]}. "
-    actions.append(f"<think> {known.strip()} </think>\n<answer> {example.golden_answers[0]} </answer>")
+        query_word = RELATION_WORDS[relation][0]
+        actions.append(f"<think> {thought} </think>\n<search> {entities[hop]} {query_word} </search>")
+        thought = f"The {names[hop]} of {entities[hop]} is {answers[hop]}."
+        if hop + 1 < len(relations):
+            thought += f" Next: the {names[hop + 1]} of {answers[hop]}."
+    actions.append(f"<think> {thought} </think>\n<answer> {example.golden_answers[0]} </answer>")
     return actions
 
 
