@@ -208,15 +208,17 @@ def test_a_later_turn_feeds_only_what_is_new_and_gives_what_a_fresh_engine_gives
     try:
         sampling = SamplingConfig(temperature=0, max_new_tokens=10)
         engine = HFGenerator(model, tok, sampling)
-        contexts = [tok(t, add_special_tokens=False)["input_ids"] for t in ["Say hello to", "Paris is the capital of"]]
-        first = engine.generate(contexts, [], [10, 10])
+        texts = ["Say hello to", "Paris is the capital of", "The capital of France is", "1, 2, 3,"]
+        contexts = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+        first = engine.generate(contexts, ["."], [10, 10, 10, 3])  # rows end at different steps: some are parked
+        assert len({len(t.token_ids) for t in first}) > 1
         inserted = tok("\n\n<information>Doc 1(Title: X) y</information>\n\n", add_special_tokens=False)["input_ids"]
         later = [c + t.token_ids + inserted for c, t in zip(contexts, first)]
         fed.clear()
-        cached = engine.generate(later, [], [8, 8])
+        cached = engine.generate(later, [], [8] * 4)
         fed_cached = sum(fed)
         fed.clear()
-        fresh = HFGenerator(model, tok, sampling).generate(later, [], [8, 8])
+        fresh = HFGenerator(model, tok, sampling).generate(later, [], [8] * 4)
         fed_fresh = sum(fed)
     finally:
         hook.remove()

@@ -51,7 +51,7 @@ RL_RECIPE: dict[str, Any] = {
     "kl_coef": 0.0,
     "entropy_coef": 0.0,
     "temperature": 1.0,
-    "max_new_tokens": 48,
+    "max_new_tokens": 80,
     "max_total_tokens": 1536,
     "curriculum_steps": 0,
     "min_hops": 2,

@@ -6,9 +6,10 @@ and 0.5B needed a distilled warm start, DGPO) first learns it from demonstration
 - :func:`world_demonstrations`: a scripted demonstrator over the embedded world's questions. The world knows
   every question's hop chain (``metadata["entities"]``, ``["relations"]``, ``["hop_answers"]``), so the
   demonstrator plans its hops, searches one key phrase per hop (``"<entity> <relation word>"``), says in its think
-  block what the passage told it and what comes next, and answers. The *environment* plays these actions: the information blocks are the real
-  engine's results under the run's settings, and only episodes whose every hop answer was shown and whose answer
-  scores are kept, so a demonstration never teaches copying what was not on the page.
+  block what the passage told it and what comes next, and answers. The *environment* plays these actions: the
+  information blocks are the real engine's results under the run's settings, and only episodes whose every hop
+  answer was shown and whose answer scores are kept, so a demonstration never teaches copying what was not on the
+  page.
 - :func:`transcript_demonstrations`: ``searchenv eval`` transcripts (a stronger model's, say), filtered by reward:
   distillation as DGPO and verifiers' "SFT warm-up on filtered rollouts" do.
 

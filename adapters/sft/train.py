@@ -75,7 +75,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument(
         "--max-new-tokens",
         type=int,
-        default=48,
+        default=80,
         help="tokens per turn the policy will write (recorded for searchenv eval and the RL stage to replay)",
     )
 

@@ -87,27 +87,37 @@ class HFGenerator:
         rows = len(contexts)
         generated: list[list[int]] = [[] for _ in range(rows)]
         logprobs: list[list[float]] = [[] for _ in range(rows)]
-        running = torch.tensor([cap > 0 for cap in caps], device=device)
         window = max((len(s) for s in stops), default=0) + 2  # tokens to decode when looking for a stop string
-        for step in range(max(caps, default=0)):
+        working = [r for r in range(rows) if caps[r] > 0]  # the cache's rows, as rows of this call
+        parked: list[tuple[_Batch, list[int]]] = []  # rows done decoding, set aside with their cache
+        if len(working) < rows:
+            idle = [r for r in range(rows) if caps[r] <= 0]
+            parked.append((cache.split(idle), idle))
+            logits = logits[working]
+        alive = [True] * len(working)
+        while working:
             tokens, token_logprobs = self._sample(logits)
-            live = running.nonzero().flatten().tolist()
-            for row in live:
-                token = int(tokens[row])
+            live = sum(alive)
+            for position, row in enumerate(working):
+                if not alive[position]:
+                    continue
+                token = int(tokens[position])
                 generated[row].append(token)
-                logprobs[row].append(float(token_logprobs[row]))
-                if (
-                    token in self.eos_ids
-                    or len(generated[row]) >= caps[row]
-                    or _stopped(self, generated[row], stops, window)
-                ):
-                    running[row] = False
+                logprobs[row].append(float(token_logprobs[position]))
+                ended = token in self.eos_ids or len(generated[row]) >= caps[row]
+                alive[position] = not (ended or _stopped(self, generated[row], stops, window))
             if on_tokens is not None:
-                on_tokens(len(live))
-            if not bool(running.any()):
+                on_tokens(live)
+            if not any(alive):
                 break
-            feed = [[int(tokens[row])] if bool(running[row]) else [] for row in range(rows)]
+            done = [p for p, a in enumerate(alive) if not a]
+            if 2 * len(done) >= len(working):  # half the batch is done: decode the rest without it
+                parked.append((cache.split(done), [working[p] for p in done]))
+                kept = [p for p, a in enumerate(alive) if a]
+                working, tokens, alive = [working[p] for p in kept], tokens[kept], [True] * len(kept)
+            feed = [[int(tokens[p])] if alive[p] else [] for p in range(len(working))]
             logits = cache.feed(self.model, feed, self._pad)
+        cache.merge(parked, working, rows)
         self._cache.keep(cache, [c + g[:-1] if g else c for c, g in zip(contexts, generated)])
         return [GeneratedTurn(ids, lps) for ids, lps in zip(generated, logprobs)]
 
@@ -209,6 +219,47 @@ class _Batch:
         """Rows ``index`` of this batch (a row may be taken several times)."""
         self.cache = growing_cache([(k.index_select(0, index), v.index_select(0, index)) for k, v in self.layers])
         self.mask = self.mask.index_select(0, index)
+
+    def split(self, positions: list[int]) -> _Batch:
+        """Take the rows at ``positions`` out of this batch (they stop decoding) and return them as a batch."""
+        import torch
+
+        taken = torch.tensor(positions, device=self.mask.device)
+        kept = torch.tensor([p for p in range(self.mask.shape[0]) if p not in set(positions)], device=taken.device)
+        out = _Batch.__new__(_Batch)
+        out.cache = growing_cache([(k.index_select(0, taken), v.index_select(0, taken)) for k, v in self.layers])
+        out.mask, out.new_counts = self.mask.index_select(0, taken), []
+        self.cache = growing_cache([(k.index_select(0, kept), v.index_select(0, kept)) for k, v in self.layers])
+        self.mask = self.mask.index_select(0, kept)
+        return out
+
+    def merge(self, parked: list[tuple[_Batch, list[int]]], working: list[int], rows: int) -> None:
+        """Put the parked rows back beside the working ones, in the call's row order: every part is padded with
+        unread slots to the longest part, so each row keeps the cache of everything it was fed."""
+        import torch
+
+        if not parked:
+            return
+        parts = [(b.layers, b.mask, order) for b, order in parked] + [(self.layers, self.mask, working)]
+        slots = max(mask.shape[1] for _, mask, _ in parts)
+        order = [row for _, _, rows_of in parts for row in rows_of]
+        index = torch.tensor([order.index(r) for r in range(rows)], device=self.mask.device)
+
+        def padded(tensor: Any, dim: int) -> Any:
+            missing = slots - tensor.shape[dim]
+            if not missing:
+                return tensor
+            shape = list(tensor.shape)
+            shape[dim] = missing
+            return torch.cat([tensor, tensor.new_zeros(shape)], dim=dim)
+
+        mask = torch.cat([padded(m, 1) for _, m, _ in parts]).index_select(0, index)
+        layers = []
+        for layer in range(len(self.layers)):
+            keys = torch.cat([padded(ls[layer][0], 2) for ls, _, _ in parts if ls]).index_select(0, index)
+            values = torch.cat([padded(ls[layer][1], 2) for ls, _, _ in parts if ls]).index_select(0, index)
+            layers.append((keys, values))
+        self.cache, self.mask = growing_cache(layers), mask
 
     def feed(self, model: Any, pieces: list[list[int]], pad: int) -> Any:
         """Run ``pieces`` (new ids per row, right-aligned, padding before) through the model over the cache; returns
