@@ -2,6 +2,7 @@
 #   make demo   — a small real LM (SmolLM2-135M, CPU) plays SearchQA-v0 on the embedded world
 #   make test   — the test suite
 #   make test-fast — the edit loop: the suite without tests marked slow (pytest -m "not slow")
+#   make learn — the whole learning run on the CPU (warm start, RL, held-out evaluation; about an hour)
 # Both create .venv on first use. TORCH pins a CPU-friendly torch; override e.g. TORCH='torch==2.13.0+cu128'.
 
 PYTHON ?= python3
@@ -13,7 +14,7 @@ STAMP  := $(VENV)/.searchenv-installed
 export OMP_WAIT_POLICY ?= passive
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: demo test test-fast bench lint clean
+.PHONY: demo learn test test-fast bench lint clean
 
 # The install prints nothing that looks like a failure. Comments live here, above the rule: make echoes every
 # recipe line, a shell comment included, so a comment inside the recipe would be printed with the install.
@@ -47,6 +48,9 @@ $(STAMP): pyproject.toml Makefile
 
 demo: $(STAMP)
 	$(BIN)/searchenv demo --episodes 3
+
+learn: $(STAMP)
+	$(BIN)/searchenv learn --output runs/learns
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
