@@ -5,8 +5,9 @@ worked-example prompt, 2 passages of <= 40 words, 2 actions of <= 32 tokens, mic
 process, and the two sides alternate, so both meet the same machine load. The earlier commit is checked out into a
 temporary git worktree and imported from there (its top-level folders are linked into a ``searchenv`` package the
 way the install maps them), so nothing of this checkout runs on its side. Both sides update on every episode (this
-checkout's GRPO would leave all-equal groups out, which is less work, not a faster loop). Reported per side: the median step, its
-rollout and update parts (the first step of each child, which pays one-time costs, is left out), and the ratio.
+checkout's GRPO would leave all-equal groups out, which is less work, not a faster loop). Reported per side: the
+median step, its rollout and update parts (the first step of each child, which pays one-time costs, is left out),
+and the ratio.
 
     OMP_WAIT_POLICY=passive python bench/bench_training_step.py --baseline ea36c0d --repeats 3 --steps 4 \
         --json runs/bench_training_step.json
