@@ -211,11 +211,13 @@ def _run_stage(stage: Stage, output: Path) -> None:
         out = (logs / f"{stage.name}-{i}.out").open("w")
         children.append((subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT), out, command))
     print(f"[learn] {stage.name}: started {len(children)} process(es); output in {logs}", flush=True)
+    heartbeat = started
     try:
         while any(child.poll() is None for child, _, _ in children):
             time.sleep(1)
-            if int(time.monotonic() - started) % 60 == 0:
-                print(f"[learn] {stage.name}: {time.monotonic() - started:.0f} s {_progress(stage)}", flush=True)
+            if time.monotonic() - heartbeat >= 60:
+                heartbeat = time.monotonic()
+                print(f"[learn] {stage.name}: {heartbeat - started:.0f} s {_progress(stage)}", flush=True)
     finally:
         for child, out, _ in children:
             if child.poll() is None:
