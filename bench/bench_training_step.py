@@ -31,7 +31,7 @@ CONFIG = {"algorithm": "grpo", "lr": 3e-5, "prompts_per_step": 2, "group_size": 
 CONFIG |= {"micro_batch_size": 4, "max_new_tokens": 32, "max_total_tokens": 512, "kl_coef": 0.0, "chat_template": False}
 
 
-def _child(steps: int, threads: int) -> dict:
+def _child(steps: int, threads: int, bf16: bool) -> dict:
     import torch
 
     from searchenv.adapters.ppo.trainer import PPOConfig, Trainer
@@ -40,7 +40,7 @@ def _child(steps: int, threads: int) -> dict:
     torch.set_num_threads(threads)
     model, tokenizer = load_policy("smollm2-135m")
     same_work = {"drop_uniform_groups": False} if "drop_uniform_groups" in PPOConfig.__dataclass_fields__ else {}
-    config = PPOConfig(**CONFIG, **same_work, steps=steps)  # every episode updated on both sides
+    config = PPOConfig(**CONFIG, **same_work, bf16=bf16, steps=steps)  # every episode updated on both sides
     trainer = Trainer(model, tokenizer, make_envs(config.episodes_per_step, **ENV), config)
     rows = []
     for _ in range(steps):
@@ -63,11 +63,12 @@ def _checkout(revision: str, scratch: Path) -> Path:
     return scratch / "path"
 
 
-def _run_side(path: Path | None, steps: int, threads: int) -> dict:
+def _run_side(path: Path | None, steps: int, threads: int, bf16: bool) -> dict:
     env = {**os.environ, "OMP_WAIT_POLICY": "passive", "TOKENIZERS_PARALLELISM": "false"}
     if path is not None:
         env["PYTHONPATH"] = str(path)
     command = [sys.executable, __file__, "--child", "--steps", str(steps), "--threads", str(threads)]
+    command += ["--bf16"] if bf16 else []
     out = subprocess.run(command, env=env, check=True, capture_output=True, text=True, cwd=path or REPO).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -78,11 +79,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="child processes per side, alternating")
     parser.add_argument("--steps", type=int, default=4, help="training steps per child (the first is left out)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--bf16", action="store_true", help="PPOConfig(bf16=True) on both sides")
     parser.add_argument("--json", default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(_child(args.steps, args.threads)))
+        print(json.dumps(_child(args.steps, args.threads, args.bf16)))
         return
     sides: dict[str, list[dict]] = {args.baseline: [], "this checkout": []}
     with tempfile.TemporaryDirectory(prefix="bench-training-step-") as scratch:
@@ -90,7 +92,7 @@ def main() -> None:
         try:
             for repeat in range(args.repeats):
                 for name, path in ((args.baseline, baseline), ("this checkout", None)):
-                    steps = _run_side(path, args.steps, args.threads)["steps"][1:]
+                    steps = _run_side(path, args.steps, args.threads, args.bf16)["steps"][1:]
                     sides[name] += steps
                     print(f"repeat {repeat + 1} {name}: " + ", ".join(f"{s['ppo/step_seconds']:.1f}" for s in steps))
         finally:
@@ -107,7 +109,8 @@ def main() -> None:
             f"update {parts['ppo/update_seconds']:.1f}), {parts['model_tokens']:.0f} model tokens / episode"
         )
     old, new = (summary[name]["ppo/step_seconds"] for name in sides)
-    print(f"speed-up: {old / new:.2f}x (median step, same run, {args.threads} thread(s))")
+    precision = "bf16" if args.bf16 else "float32"
+    print(f"speed-up: {old / new:.2f}x (median step, same run, {args.threads} thread(s), {precision})")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "sides": sides, "summary": summary}, indent=2))
 

@@ -302,3 +302,27 @@ def test_a_rollout_tells_the_environment_the_training_step_its_schedules_read(qw
     assert noisy.step == 0  # no policy version: nothing told
     rollout(envs, ScriptedGenerator(tok, {q0: [answer]}), SamplingConfig(), indices=[0], policy_version=5)
     assert noisy.step == 5 and noisy.p == 0.5
+
+
+def test_a_bf16_sampler_decodes_from_a_copy_and_copies_again_after_an_update(smollm2_dir):
+    """Rollouts sample from a bf16 copy of the float32 masters (a bf16 inference engine beside the trainer's
+    weights); an optimizer step, in place, makes a new copy."""
+    import copy
+
+    model, tok = load_policy(str(smollm2_dir))
+    engine = HFGenerator(model, tok, SamplingConfig(temperature=0, max_new_tokens=6), dtype=torch.bfloat16)
+    context = tok("The capital of France is", add_special_tokens=False)["input_ids"]
+
+    def bf16_greedy() -> list[int]:
+        reference = copy.deepcopy(model).to(torch.bfloat16)
+        out = reference.generate(
+            torch.tensor([context]), max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id
+        )
+        return out[0, len(context) :].tolist()
+
+    assert engine.generate([context], [], [6])[0].token_ids == bf16_greedy()
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # the masters stay float32
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.down_proj.weight.mul_(-1.0)
+    assert engine.generate([context], [], [6])[0].token_ids == bf16_greedy()

@@ -40,7 +40,9 @@ __all__ = ["EVAL_SETTINGS", "RL_RECIPE", "Stage", "plan", "run", "write_evidence
 #: 3 questions x groups of 8 per step (smaller groups of a warm-started policy are mostly all right or all wrong)
 #: at temperature 1, groups whose rewards are all equal left out of the update, every hop count (a run on two hops
 #: and more taught the policy to search twice for one-hop questions), the warm start's trainable layers, 80 tokens
-#: a turn (the demonstrator's longest turn is 58), and validation on the 64 held-out train questions every 5 steps.
+#: a turn (the demonstrator's longest turn is 58), bf16 (rollouts from a bf16 copy of the weights, updates under
+#: autocast: about 2.5 times faster on this CPU's AMX units), and validation on the 64 held-out train questions
+#: every 10 steps.
 RL_RECIPE: dict[str, Any] = {
     "demonstration": False,  # train-ppo's CPU recipe prepends a worked example; the warm start needs none
     "algorithm": "grpo",
@@ -58,8 +60,9 @@ RL_RECIPE: dict[str, Any] = {
     "min_hops": 0,
     "trainable_layers": SFT_RECIPE["trainable_layers"],
     "validation": SFT_RECIPE["validation"],
-    "eval_every": 5,
-    "steps": 20,
+    "eval_every": 10,
+    "bf16": True,
+    "steps": 40,
 }
 #: How every policy is evaluated: the learning environment's settings, greedy, every test question.
 EVAL_SETTINGS: dict[str, Any] = {

@@ -203,7 +203,9 @@ class Trainer:
         self.critic = ValueModel(model).to(self.device) if config.algorithm == "ppo" else None
         if self.critic is not None:
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_lr, weight_decay=0.0)
-        self.generator = HFGenerator(model, tokenizer, config.sampling)
+        # bf16: rollouts sample from a bf16 copy of the weights (made again after each update), updates autocast.
+        self.sampling_dtype = torch.bfloat16 if config.bf16 else None
+        self.generator = HFGenerator(model, tokenizer, config.sampling, dtype=self.sampling_dtype)
         self.log_path = Path(log_path) if log_path else None
         self.output_dir = Path(output_dir) if output_dir else None
         self.run_settings = dict(run_settings or {})
@@ -252,10 +254,7 @@ class Trainer:
         """
         cfg = self.config
         started = time.perf_counter()
-        with (
-            tqdm(desc=f"step {self.global_step + 1} rollout", unit="tok", leave=False, file=sys.stderr) as bar,
-            self._autocast(),
-        ):
+        with tqdm(desc=f"step {self.global_step + 1} rollout", unit="tok", leave=False, file=sys.stderr) as bar:
             episodes = rollout(
                 self.envs,
                 self.generator,
@@ -300,7 +299,7 @@ class Trainer:
         if not indices:
             return {}
         sampling = dataclasses.replace(cfg.sampling, temperature=0.0)
-        generator = HFGenerator(self.model, self.tokenizer, sampling)
+        generator = HFGenerator(self.model, self.tokenizer, sampling, dtype=self.sampling_dtype)
         envs = [self.envs[0].unwrapped.sibling() for _ in range(min(32, len(indices)))]
         results = []
         for start in range(0, len(indices), len(envs)):

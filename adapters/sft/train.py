@@ -35,6 +35,7 @@ _SFT_HELP = {
     "warmup_steps": "steps of linear warm-up",
     "max_grad_norm": "gradients are clipped to this global norm",
     "trainable_layers": "train only the top N decoder layers and the final norm (0: every weight)",
+    "bf16": "bfloat16 autocast for forward passes (weights stay float32): GPUs, and CPUs with bf16 units (AMX)",
     "seed": "seed of the demonstrations' order and of torch",
 }
 
@@ -84,9 +85,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     for f in fields(SFTConfig):
         if f.name == "chat_template":
             continue  # a prompt option (--chat-template)
-        value = getattr(defaults, f.name)
+        value, flag = getattr(defaults, f.name), "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            training.add_argument(flag, action=argparse.BooleanOptionalAction, default=value, help=_SFT_HELP[f.name])
+            continue
         kind = int if f.name == "trainable_layers" else type(value)
-        training.add_argument("--" + f.name.replace("_", "-"), type=kind, default=value, help=_SFT_HELP[f.name])
+        training.add_argument(flag, type=kind, default=value, help=_SFT_HELP[f.name])
     parser.set_defaults(**SFT_RECIPE)
     out = parser.add_argument_group("output")
     out.add_argument("--log", default=None, help="append per-step metrics (JSON lines) to this file")

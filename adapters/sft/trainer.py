@@ -48,6 +48,8 @@ class SFTConfig:
             Fewer trainable layers make each step cheaper (no backward pass below them) and keep the embeddings.
         chat_template: whether prompts go in the tokenizer's chat template (:func:`searchenv.encode_prompt`);
             it must be what the rollouts that follow use.
+        bf16: forward passes under bfloat16 autocast (weights and optimizer stay float32): GPUs, and CPUs with
+            bf16 units (AMX), where a step takes about a third of the time.
         seed: seeds the order of demonstrations and torch.
     """
 
@@ -59,6 +61,7 @@ class SFTConfig:
     max_grad_norm: float = 1.0
     trainable_layers: int | None = None
     chat_template: bool | None = False
+    bf16: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -147,7 +150,9 @@ class SFTTrainer:
         loss_sum = 0.0
         for start in range(0, cfg.batch_size, cfg.micro_batch_size):
             micro = batch.select(slice(start, start + cfg.micro_batch_size))
-            logprobs = token_logprobs(self.model, micro)
+            device = micro.input_ids.device.type
+            with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=cfg.bf16):
+                logprobs = token_logprobs(self.model, micro)
             loss = -(logprobs * micro.loss_mask).sum() / tokens  # the batch's mean over model tokens
             loss.backward()
             loss_sum += loss.item()
