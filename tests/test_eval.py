@@ -271,6 +271,11 @@ def test_checkpoint_settings_are_replayed_and_overrides_reported(tmp_path):
     assert settings["protocol"] == "search-r1-fewshot" and settings["chat_template"] is False
     assert settings["max_turns"] == 5 and settings["topk"] == 3
     assert [str(m) for m in mismatches] == ["max_turns: trained with 3, evaluated with 5"]
+    # the command line's words for a chat template match the booleans a run file records
+    assert replay_settings(trained, {"chat_template": "off"}, suite.DEFAULTS)[1] == []
+    assert [str(m) for m in replay_settings(trained, {"chat_template": "on"}, suite.DEFAULTS)[1]] == [
+        "chat_template: trained with False, evaluated with 'on'"
+    ]
     # the built-in loop's token budget sits in its config; it is replayed too (32 tokens per turn, not 500)
     config = {"max_new_tokens": 32, "max_total_tokens": 512, "lr": 3e-5}
     (tmp_path / RUN_FILE).write_text(json.dumps({"protocol": "search-r1-fewshot", "config": config}))

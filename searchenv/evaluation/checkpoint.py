@@ -31,7 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REPLAYED", "RUN_FILE", "TOKEN_BUDGET", "Mismatch", "read_run_settings", "replay_settings"]
+__all__ = [
+    "CHAT_TEMPLATE_WORDS",
+    "REPLAYED",
+    "RUN_FILE",
+    "TOKEN_BUDGET",
+    "Mismatch",
+    "read_run_settings",
+    "replay_settings",
+]
 
 #: The file name training scripts write next to the weights.
 RUN_FILE = "searchenv_run.json"
@@ -86,6 +94,15 @@ def read_run_settings(checkpoint: str | Path) -> dict[str, Any]:
     return {}
 
 
+#: The command line's words for a chat template, as the booleans a run file records (``None``: the tokenizer's own).
+CHAT_TEMPLATE_WORDS = {"auto": None, "on": True, "off": False}
+
+
+def _comparable(key: str, value: Any) -> Any:
+    """``value`` in the run file's terms, so ``--chat-template off`` matches a run that recorded ``false``."""
+    return CHAT_TEMPLATE_WORDS.get(value, value) if key == "chat_template" and isinstance(value, str) else value
+
+
 def replay_settings(
     trained: Mapping[str, Any], requested: Mapping[str, Any], defaults: Mapping[str, Any]
 ) -> tuple[dict[str, Any], list[Mismatch]]:
@@ -100,7 +117,7 @@ def replay_settings(
         asked = requested.get(key)
         if asked is not None:
             settings[key] = asked
-            if key in trained and trained[key] != asked:
+            if key in trained and _comparable(key, trained[key]) != _comparable(key, asked):
                 mismatches.append(Mismatch(key, trained[key], asked))
         elif key in trained:
             settings[key] = trained[key]

@@ -19,7 +19,13 @@ from typing import Any
 
 from searchenv.env.defaults import env_default
 from searchenv.evaluation.baselines import METHODS
-from searchenv.evaluation.checkpoint import REPLAYED, TOKEN_BUDGET, read_run_settings, replay_settings
+from searchenv.evaluation.checkpoint import (
+    CHAT_TEMPLATE_WORDS,
+    REPLAYED,
+    TOKEN_BUDGET,
+    read_run_settings,
+    replay_settings,
+)
 from searchenv.evaluation.evalset import eval_split, subsample
 from searchenv.evaluation.policies import EndpointPolicy, LocalPolicy, Policy, VLLMPolicy
 from searchenv.evaluation.progress import EvalProgress
@@ -55,7 +61,6 @@ DEFAULTS: dict[str, Any] = {
 #: per dataset instead of every one. A checkpoint's own token budget (searchenv_run.json) still wins, and every
 #: value given on the command line.
 CPU_DEFAULTS: dict[str, Any] = {"max_new_tokens": 128, "max_total_tokens": 2048, "limit": 20}
-_TRI = {"auto": None, "on": True, "off": False}
 
 
 @dataclass(frozen=True)
@@ -168,7 +173,7 @@ def _settings(
     trained = read_run_settings(model.path) if args.policy != "endpoint" else {}
     requested = {key: getattr(args, key) for key in REPLAYED}
     settings, mismatches = replay_settings(trained, requested, defaults)
-    settings["chat_template"] = _TRI.get(settings["chat_template"], settings["chat_template"])
+    settings["chat_template"] = CHAT_TEMPLATE_WORDS.get(settings["chat_template"], settings["chat_template"])
     settings["reward"] = args.reward
     settings.update(temperature=args.temperature, top_p=args.top_p)
     return settings, [str(m) for m in mismatches], trained.get("retriever")
