@@ -1,15 +1,16 @@
 """The whole learning run from one seed — warm start, reinforcement learning, a control,
-held-out evaluation, the evidence table and its plots — on a 2-core CPU in about an hour.
+held-out evaluation, the evidence table and its plots — on a 2-core CPU in about 75 minutes.
 
 The stages, each a ``searchenv`` command run as a child process (its output goes to ``OUTPUT/logs/``; a stage
 whose result exists is skipped, so an interrupted run resumes where it stopped):
 
 1. ``sft``: ``searchenv train-sft`` — SmolLM2-135M imitates the scripted demonstrator on the world's one- and
-   two-hop train questions (:data:`~searchenv.adapters.sft.train.SFT_RECIPE`).
+   two-hop train questions (:data:`~searchenv.adapters.sft.recipe.SFT_RECIPE`).
 2. ``rl`` and ``rl_random``, side by side: ``searchenv train-ppo`` from the warm start with GRPO and an EM
    reward (:data:`RL_RECIPE`), once with BM25 and once with ``retriever="random"`` — the control in which search
-   cannot help. The demonstrations stopped at two hops: chaining the three and four searches the other questions
-   need is what reinforcement learning has to add.
+   cannot help (under EM all of its groups are all-equal, so it never updates and stays the warm start). The
+   demonstrations stopped at two hops: chaining the three and four searches the other questions need is what
+   reinforcement learning has to add.
 3. ``world2``: the test split of a second generated world (seed 1: new entities), so held-out numbers also show
    the policy copies what it reads rather than what it memorised.
 4. ``eval``: ``searchenv eval`` of ``base`` (the untrained model), ``sft``, ``rl`` and ``rl_random``, as the agent

@@ -4,10 +4,12 @@ Issue 33's re-run of issue 25's study. Each run is ``searchenv train-ppo`` from 
 learn``'s ``sft/final``) with the learning recipe's GRPO settings and one retriever: ``bm25`` and ``random`` are
 ``searchenv learn``'s own ``rl`` and ``rl_random`` runs; ``empty`` (every search finds nothing) and ``noisy`` with
 ``p=1`` (every passage a random one) were run beside them. Validation (``val/...``) is the 64 held-out train
-questions, played greedily every 5 steps with the retriever the run trained with::
+questions, played greedily every 10 steps with the retriever the run trained with. "Steps with an update" counts the
+steps that had a group whose rewards were not all equal (GRPO leaves all-equal groups out)::
 
-    python docs/runs/degraded_warm/summarize.py bm25=runs/learns/logs/rl.jsonl \\
-        random=runs/learns/logs/rl_random.jsonl empty=runs/degraded/empty.jsonl noisy=runs/degraded/noisy.jsonl \\
+    python docs/runs/degraded_warm/summarize.py bm25=docs/runs/learns/rl.jsonl \\
+        random=docs/runs/learns/rl_random.jsonl empty=docs/runs/degraded_warm/empty.jsonl \\
+        noisy=docs/runs/degraded_warm/noisy.jsonl \\
         --plot docs/img/degraded_warm_study.png > docs/runs/degraded_warm/table.md
 """
 
@@ -36,14 +38,15 @@ def main() -> None:
     runs = {name: read_log(Path(path)) for name, path in (item.split("=", 1) for item in args.runs)}
     steps = min(max(row["step"] for row in rows) for rows in runs.values())
     print(f"Steps 1–{steps} of each run; sampled episodes (T = 1) in training, greedy ones in validation.\n")
-    print("| retriever | searches / episode, steps 1–5 | steps last 5 | training EM, first 5 | last 5 |")
-    print("|---|---|---|---|---|")
+    print("| retriever | searches / episode, steps 1–5 | last 5 | training EM, first 5 | last 5 | steps with an update |")
+    print("|---|---|---|---|---|---|")
     for name, rows in runs.items():
         trained = [row for row in rows if "num_searches" in row and 1 <= row["step"] <= steps]
         first, last = trained[:5], trained[-5:]
         print(
             f"| {name} | {_mean(first, 'num_searches'):.2f} | {_mean(last, 'num_searches'):.2f} | "
-            f"{_mean(first, 'reward/em'):.2f} | {_mean(last, 'reward/em'):.2f} |"
+            f"{_mean(first, 'reward/em'):.2f} | {_mean(last, 'reward/em'):.2f} | "
+            f"{sum(row.get('ppo/trained_episodes', 0) > 0 for row in trained)} of {len(trained)} |"
         )
     print("\nValidation (64 held-out train questions, greedy, the run's own retriever):\n")
     print("| retriever | step | EM | searches / episode | answer rate |")

@@ -5,7 +5,7 @@ transcripts and adds them: Wilson intervals for the rates (EM, answer rate; exac
 normal interval for the mean number of searches. EM is also split by the question's hops (the world's metadata),
 since the recipe trains 1-hop questions first::
 
-    python docs/runs/learns/summarize.py runs/learns/eval/transcripts.jsonl > docs/runs/learns/intervals.md
+    python docs/runs/two_stage/summarize.py runs/two_stage/eval/transcripts.jsonl > docs/runs/two_stage/intervals.md
 """
 
 from __future__ import annotations
