@@ -1,7 +1,6 @@
 """A training step of the built-in GRPO loop, this checkout against an earlier commit, in the same run.
 
-Each side trains SmolLM2-135M on the generated world at the CPU recipe's sizes (2 questions x 4 episodes, the
-worked-example prompt, 2 passages of <= 40 words, 2 actions of <= 32 tokens, micro-batches of 4) in its own child
+Each side trains SmolLM2-135M on the generated world at one recipe's sizes (:data:`SIZES`) in its own child
 process, and the two sides alternate, so both meet the same machine load. The earlier commit is checked out into a
 temporary git worktree and imported from there (its top-level folders are linked into a ``searchenv`` package the
 way the install maps them), so nothing of this checkout runs on its side. Both sides update on every episode (this
@@ -11,6 +10,8 @@ and the ratio.
 
     OMP_WAIT_POLICY=passive python bench/bench_training_step.py --baseline ea36c0d --repeats 3 --steps 4 \
         --json runs/bench_training_step.json
+    OMP_WAIT_POLICY=passive python bench/bench_training_step.py --baseline ea36c0d --repeats 1 --steps 3 --bf16 \
+        --sizes learn --model runs/learns/sft/final --json runs/bench_training_step_learn.json
 """
 
 from __future__ import annotations
@@ -25,23 +26,39 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-ENV = {"dataset": "world", "retriever": "bm25", "reward": "r1-searcher-stage1", "protocol": "search-r1-fewshot"}
-ENV |= {"max_turns": 2, "topk": 2, "max_information_words": 40}
-CONFIG = {"algorithm": "grpo", "lr": 3e-5, "prompts_per_step": 2, "group_size": 4, "mini_batch_size": 8}
-CONFIG |= {"micro_batch_size": 4, "max_new_tokens": 32, "max_total_tokens": 512, "kl_coef": 0.0, "chat_template": False}
+#: The sizes each side trains at. ``cpu``: the CPU recipe of the time (2 questions x 4 episodes, the worked-example
+#: prompt, 2 passages of <= 40 words, 2 actions of <= 32 tokens). ``learn``: the RL stage of ``searchenv learn``
+#: (3 questions x 8 episodes, EM, 2 passages sharing 70 words, 6 actions of <= 80 tokens; give ``--model`` its
+#: warm start, ``runs/learns/sft/final``, so episodes look like the recipe's and not like an untrained model's).
+SIZES = {
+    "cpu": {
+        "env": {"dataset": "world", "retriever": "bm25", "reward": "r1-searcher-stage1"}
+        | {"protocol": "search-r1-fewshot", "max_turns": 2, "topk": 2, "max_information_words": 40},
+        "config": {"algorithm": "grpo", "lr": 3e-5, "prompts_per_step": 2, "group_size": 4, "mini_batch_size": 8}
+        | {"micro_batch_size": 4, "max_new_tokens": 32, "max_total_tokens": 512, "kl_coef": 0.0}
+        | {"chat_template": False},
+    },
+    "learn": {
+        "env": {"dataset": "world", "retriever": "bm25", "reward": "em", "protocol": "search-r1"}
+        | {"max_turns": 6, "topk": 2, "max_information_words": 70},
+        "config": {"algorithm": "grpo", "lr": 3e-5, "prompts_per_step": 3, "group_size": 8, "mini_batch_size": 24}
+        | {"micro_batch_size": 8, "max_new_tokens": 80, "max_total_tokens": 1536, "kl_coef": 0.0}
+        | {"chat_template": False},
+    },
+}
 
 
-def _child(steps: int, threads: int, bf16: bool) -> dict:
+def _child(steps: int, threads: int, bf16: bool, sizes: dict, model_name: str) -> dict:
     import torch
 
     from searchenv.adapters.ppo.trainer import PPOConfig, Trainer
     from searchenv.adapters.rollout.generation import load_policy, make_envs  # the path both sides have
 
     torch.set_num_threads(threads)
-    model, tokenizer = load_policy("smollm2-135m")
+    model, tokenizer = load_policy(model_name)
     same_work = {"drop_uniform_groups": False} if "drop_uniform_groups" in PPOConfig.__dataclass_fields__ else {}
-    config = PPOConfig(**CONFIG, **same_work, bf16=bf16, steps=steps)  # every episode updated on both sides
-    trainer = Trainer(model, tokenizer, make_envs(config.episodes_per_step, **ENV), config)
+    config = PPOConfig(**sizes["config"], **same_work, bf16=bf16, steps=steps)  # every episode updated on both sides
+    trainer = Trainer(model, tokenizer, make_envs(config.episodes_per_step, **sizes["env"]), config)
     rows = []
     for _ in range(steps):
         metrics = trainer.step()
@@ -63,12 +80,12 @@ def _checkout(revision: str, scratch: Path) -> Path:
     return scratch / "path"
 
 
-def _run_side(path: Path | None, steps: int, threads: int, bf16: bool) -> dict:
+def _run_side(path: Path | None, args: argparse.Namespace) -> dict:
     env = {**os.environ, "OMP_WAIT_POLICY": "passive", "TOKENIZERS_PARALLELISM": "false"}
     if path is not None:
         env["PYTHONPATH"] = str(path)
-    command = [sys.executable, __file__, "--child", "--steps", str(steps), "--threads", str(threads)]
-    command += ["--bf16"] if bf16 else []
+    command = [sys.executable, __file__, "--child", "--steps", str(args.steps), "--threads", str(args.threads)]
+    command += ["--sizes", args.sizes, "--model", args.model] + (["--bf16"] if args.bf16 else [])
     out = subprocess.run(command, env=env, check=True, capture_output=True, text=True, cwd=path or REPO).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -80,11 +97,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="training steps per child (the first is left out)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--bf16", action="store_true", help="PPOConfig(bf16=True) on both sides")
+    parser.add_argument(
+        "--sizes", choices=sorted(SIZES), default="cpu", help="the recipe whose sizes both sides train at"
+    )
+    parser.add_argument("--model", default="smollm2-135m", help="the policy both sides start from (alias or folder)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(_child(args.steps, args.threads, args.bf16)))
+        print(json.dumps(_child(args.steps, args.threads, args.bf16, SIZES[args.sizes], args.model)))
         return
     sides: dict[str, list[dict]] = {args.baseline: [], "this checkout": []}
     with tempfile.TemporaryDirectory(prefix="bench-training-step-") as scratch:
@@ -92,7 +113,7 @@ def main() -> None:
         try:
             for repeat in range(args.repeats):
                 for name, path in ((args.baseline, baseline), ("this checkout", None)):
-                    steps = _run_side(path, args.steps, args.threads, args.bf16)["steps"][1:]
+                    steps = _run_side(path, args)["steps"][1:]
                     sides[name] += steps
                     print(f"repeat {repeat + 1} {name}: " + ", ".join(f"{s['ppo/step_seconds']:.1f}" for s in steps))
         finally:
@@ -110,7 +131,9 @@ def main() -> None:
         )
     old, new = (summary[name]["ppo/step_seconds"] for name in sides)
     precision = "bf16" if args.bf16 else "float32"
-    print(f"speed-up: {old / new:.2f}x (median step, same run, {args.threads} thread(s), {precision})")
+    print(
+        f"speed-up: {old / new:.2f}x (median step, same run, {args.sizes} sizes, {args.threads} thread(s), {precision})"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "sides": sides, "summary": summary}, indent=2))
 
