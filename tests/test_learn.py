@@ -150,6 +150,18 @@ def test_the_learning_run_is_one_command_of_named_stages(tmp_path, capsys):
     assert out.count("train-ppo --model") == 2 and "--validation 64" in out
 
 
+def test_the_learning_run_refuses_a_file_as_its_folder_and_no_threads(tmp_path, capsys):
+    from searchenv.cli.main import main
+
+    file = tmp_path / "notes.txt"
+    file.write_text("keep me")
+    assert main(["learn", "--output", str(file)]) == 2
+    assert "is a file; name a folder" in capsys.readouterr().err and file.read_text() == "keep me"
+    with pytest.raises(SystemExit):
+        main(["learn", "--threads", "0", "--dry-run"])
+    assert "expected a positive integer" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_the_learning_run_goes_end_to_end_and_resumes(tmp_path, capsys):
     """Every stage at its smallest (``--tiny``), then a rerun that skips what is done."""
