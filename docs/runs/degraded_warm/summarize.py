@@ -38,7 +38,8 @@ def main() -> None:
     runs = {name: read_log(Path(path)) for name, path in (item.split("=", 1) for item in args.runs)}
     steps = min(max(row["step"] for row in rows) for rows in runs.values())
     print(f"Steps 1–{steps} of each run; sampled episodes (T = 1) in training, greedy ones in validation.\n")
-    print("| retriever | searches / episode, steps 1–5 | last 5 | training EM, first 5 | last 5 | steps with an update |")
+    print("| retriever | searches / episode, steps 1–5 | last 5 | training EM, first 5 | last 5 |", end=" ")
+    print("steps with an update |")
     print("|---|---|---|---|---|---|")
     for name, rows in runs.items():
         trained = [row for row in rows if "num_searches" in row and 1 <= row["step"] <= steps]
