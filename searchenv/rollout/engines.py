@@ -251,7 +251,8 @@ class _Batch:
         import torch
 
         taken = torch.tensor(positions, device=self.mask.device)
-        kept = torch.tensor([p for p in range(self.mask.shape[0]) if p not in set(positions)], device=taken.device)
+        leaving = set(positions)
+        kept = torch.tensor([p for p in range(self.mask.shape[0]) if p not in leaving], device=taken.device)
         out = _Batch.__new__(_Batch)
         out.cache = growing_cache([(k.index_select(0, taken), v.index_select(0, taken)) for k, v in self.layers])
         out.mask, out.new_counts = self.mask.index_select(0, taken), []
@@ -268,8 +269,8 @@ class _Batch:
             return
         parts = [(b.layers, b.mask, order) for b, order in parked] + [(self.layers, self.mask, working)]
         slots = max(mask.shape[1] for _, mask, _ in parts)
-        order = [row for _, _, rows_of in parts for row in rows_of]
-        index = torch.tensor([order.index(r) for r in range(rows)], device=self.mask.device)
+        place = {row: i for i, row in enumerate(row for _, _, rows_of in parts for row in rows_of)}
+        index = torch.tensor([place[r] for r in range(rows)], device=self.mask.device)
 
         def padded(tensor: Any, dim: int) -> Any:
             missing = slots - tensor.shape[dim]
