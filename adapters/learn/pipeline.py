@@ -42,8 +42,8 @@ __all__ = ["EVAL_SETTINGS", "RL_RECIPE", "Stage", "plan", "run", "write_evidence
 #: at temperature 1, groups whose rewards are all equal left out of the update, every hop count (a run on two hops
 #: and more taught the policy to search twice for one-hop questions), the warm start's trainable layers, 80 tokens
 #: a turn (the demonstrator's longest turn is 58), bf16 (rollouts from a bf16 copy of the weights, updates under
-#: autocast: about 2.5 times faster on this CPU's AMX units), and validation on the 64 held-out train questions
-#: every 10 steps.
+#: autocast: 1.5-1.9 times faster steps than float32 on this CPU's AMX units, docs/benchmarks.md "Training step"),
+#: and validation on the 64 held-out train questions every 10 steps.
 RL_RECIPE: dict[str, Any] = {
     "demonstration": False,  # train-ppo's CPU recipe prepends a worked example; the warm start needs none
     "algorithm": "grpo",
