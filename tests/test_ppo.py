@@ -340,18 +340,11 @@ def test_grpo_leaves_out_groups_whose_rewards_are_all_equal():
     """An all-equal group has zero advantage everywhere: before, it was updated on the entropy bonus alone."""
     from types import SimpleNamespace
 
-    from searchenv.rollout import EpisodeResult
-    from searchenv.tokenization import TokenizedEpisode
-
-    def episode(reward: float) -> EpisodeResult:
-        return EpisodeResult(TokenizedEpisode([1], [2], [1]), reward, {}, {})
-
     rewards = [1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5]
-    episodes = [episode(r) for r in rewards]
     grpo = SimpleNamespace(config=PPOConfig(algorithm="grpo", group_size=4, drop_uniform_groups=True))
-    assert [e.reward for e in Trainer._informative(grpo, episodes)] == rewards[:8]  # the third group is all 0.5
+    assert Trainer._selected(grpo, rewards) == list(range(8))  # the third group is all 0.5
     kept = SimpleNamespace(config=PPOConfig(algorithm="grpo", group_size=4, drop_uniform_groups=False))
-    assert len(Trainer._informative(kept, episodes)) == 12
+    assert Trainer._selected(kept, rewards) == list(range(12))
 
 
 def test_cpu_recipe_is_the_default_and_paper_switches_every_default(tmp_path):

@@ -44,6 +44,7 @@ __all__ = [
     "health_plot_path",
     "main",
     "plot_log",
+    "replay_demonstrations",
     "run_settings",
     "stages",
 ]
@@ -187,7 +188,8 @@ def apply_recipe(parser: argparse.ArgumentParser, argv: Sequence[str] | None, pa
 #: One help line per :class:`~searchenv.adapters.ppo.trainer.PPOConfig` field (``--help`` appends the default,
 #: which the recipe or ``--paper`` may change). A field added to PPOConfig without a line here fails the CLI tests.
 ALGORITHM_HELP: dict[str, str] = {
-    "algorithm": "policy-gradient algorithm: ppo (with a critic), grpo (group-relative advantages) or reinforce++",
+    "algorithm": "ppo (with a critic), grpo (group-relative advantages), reinforce++, or expert-iteration (fine-tune "
+    "on each group's best episodes where a group's rewards differ: RAFT / ReST-EM)",
     "lr": "policy learning rate (AdamW)",
     "critic_lr": "critic learning rate (ppo only)",
     "prompts_per_step": "questions sampled per training step",
@@ -210,6 +212,17 @@ ALGORITHM_HELP: dict[str, str] = {
     "curriculum_steps": "N > 0: sample questions of at most 1 + step // N hops (1-hop first); 0: all from the start",
     "min_hops": "sample only questions of at least this many hops (the generated world's metadata); 0: any",
     "drop_uniform_groups": "grpo: leave out of the update every group whose rewards are all equal (zero advantage)",
+    "difficulty_pool": "draw questions by their estimated success variance p(1-p) under the current policy, "
+    "re-estimated from every group played (uniform otherwise)",
+    "informative_groups": "N > 0: play further rounds of --prompts-per-step questions until N groups have differing "
+    "rewards (at most --max-rounds); 0: one round",
+    "max_rounds": "with --informative-groups: rounds a step may play at most",
+    "placebo": "the control: shuffle each group's rewards among its episodes before the update uses them (updates "
+    "happen, without the information of which episode was right)",
+    "replay": "expert-iteration: warm-start demonstrations (the scripted demonstrator's, train questions) replayed "
+    "in every update",
+    "replay_max_hops": "with --replay: replay demonstrations of questions of at most this many hops",
+    "keep_best": "with --validation: save the checkpoint of the best validation EM as OUTPUT/best (the start included)",
     "trainable_layers": "N > 0: train only the top N decoder layers and the final norm (cheaper steps); 0: all",
     "validation": "N > 0: hold the last N training questions out of sampling and play them greedily as validation",
     "eval_every": "with --validation: play it every N steps (and before the first step and after the last)",
@@ -223,7 +236,7 @@ ALGORITHM_HELP: dict[str, str] = {
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    from searchenv.adapters.ppo.trainer import PPOConfig
+    from searchenv.adapters.ppo.config import ALGORITHMS, PPOConfig
 
     add_env_arguments(parser)
     model = parser.add_argument_group("model")
@@ -262,7 +275,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
             continue  # an environment/prompt option (add_env_arguments)
         text = ALGORITHM_HELP.get(f.name)
         if f.name == "algorithm":
-            algo.add_argument(flag, default=value, choices=["ppo", "grpo", "reinforce++"], help=text)
+            algo.add_argument(flag, default=value, choices=list(ALGORITHMS), help=text)
         elif isinstance(value, bool):
             algo.add_argument(flag, action=argparse.BooleanOptionalAction, default=value, help=text)
         else:
@@ -400,6 +413,7 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
             log_path=args.log,
             output_dir=output_dir,
             run_settings=run_settings(stage, config.algorithm, asdict(config)),
+            demonstrations=replay_demonstrations(config, env_settings, tokenizer) if config.replay else (),
         )
         trainer.global_step = len(history)
         title = f"{config.algorithm} on {args.dataset}, {args.model}, reward {stage.reward}"
@@ -412,6 +426,22 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
         evaluate = Trainer.validate if config.validation else None
         history += trainer.train(callback=redraw, evaluate=evaluate, eval_every=config.eval_every)
     return history
+
+
+def replay_demonstrations(config: Any, env_settings: Mapping[str, Any], tokenizer: Any) -> list[Any]:
+    """The scripted demonstrator's episodes that expert iteration replays: the warm start's (train questions of
+    at most ``config.replay_max_hops`` hops, the validation questions left out), tokenized by the rollouts' path."""
+    from searchenv.adapters.sft.demonstrations import world_demonstrations
+    from searchenv.protocol import get_protocol
+    from searchenv.tokenization import tokenize_segments
+
+    found, _ = world_demonstrations(dict(env_settings), max_hops=config.replay_max_hops, held_out=config.validation)
+    if not found:
+        raise ValueError("--replay found no demonstrations to replay (the scripted demonstrator needs the world)")
+    protocol = get_protocol(env_settings["protocol"])
+    return [
+        tokenize_segments(d.prompt, d.segments, protocol, tokenizer, chat_template=config.chat_template) for d in found
+    ]
 
 
 def _train(args: argparse.Namespace) -> int:

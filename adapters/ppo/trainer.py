@@ -1,7 +1,11 @@
 """A small, readable policy-gradient trainer for SearchQA: PPO, GRPO and REINFORCE++ in one loop.
 
 Read it top to bottom: configuration (:class:`PPOConfig`), then :class:`Trainer`, whose :meth:`Trainer.step` is
-*rollout → score → advantages → update*.
+*rollout → score → advantages → update*. ``algorithm="expert-iteration"`` (RAFT / ReST-EM) shares the loop: it
+keeps, from each group whose rewards differ, the episodes that earned the group's best reward and fine-tunes on
+them (with replayed demonstrations, ``replay``), instead of weighting every episode by an advantage. Which
+questions a step plays and which groups count come from :mod:`.pool` (a difficulty-filtered pool, refilled rounds,
+and the placebo that shuffles each group's rewards).
 The defaults follow SPEC §5 (clip 0.2, KL β 0.001, GAE λ = γ = 1, critic lr 1e-5, GRPO group size 5, policy
 lr 1e-6 for PPO and 5e-7 for GRPO) and Search-R1's veRL configuration (value clip 0.5, entropy coefficient
 0.001; veRL 0.9's own default entropy coefficient is 0) at CPU-sized batch and length settings;
@@ -29,9 +33,9 @@ import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,6 +43,7 @@ from torch import nn
 from tqdm import tqdm
 
 from searchenv.adapters.ppo.batch import Batch, ValueModel, collate, token_logprobs
+from searchenv.adapters.ppo.config import ALGORITHMS, Algorithm, PPOConfig
 from searchenv.adapters.ppo.losses import (
     explained_variance,
     gae_advantages,
@@ -50,108 +55,18 @@ from searchenv.adapters.ppo.losses import (
     token_rewards,
     value_loss,
 )
+from searchenv.adapters.ppo.pool import QuestionPool, informative_groups, shuffle_within_groups
 from searchenv.episode import aggregate_metrics
 from searchenv.rollout import (
     EpisodeResult,
     HFGenerator,
-    SamplingConfig,
     rollout,
-    write_run_settings,
+    save_checkpoint,
 )
 from searchenv.rollout.models import train_top_layers
+from searchenv.tokenization import TokenizedEpisode
 
-__all__ = ["Algorithm", "PPOConfig", "Trainer"]
-
-Algorithm = Literal["ppo", "grpo", "reinforce++"]
-
-
-@dataclass
-class PPOConfig:
-    """Every knob of the loop (SPEC §5 names in brackets).
-
-    The defaults are small enough for a CPU test; :meth:`paper` returns the Search-R1 settings.
-    """
-
-    algorithm: Algorithm = "grpo"
-    lr: float = 5e-7  # policy lr [1e-6 PPO, 5e-7 GRPO]
-    critic_lr: float = 1e-5  # [critic lr], PPO only
-    prompts_per_step: int = 2  # [batch, in prompts]
-    group_size: int = 5  # episodes per prompt [GRPO group size]; PPO and REINFORCE++ usually use 1
-    mini_batch_size: int = 10  # episodes per optimizer step [mini-batch]
-    micro_batch_size: int = 5  # episodes per forward/backward [micro]
-    ppo_epochs: int = 1
-    clip_eps: float = 0.2
-    value_clip: float = 0.5  # PPO critic: values move at most this far from the rollout's [Search-R1 cliprange_value]
-    entropy_coef: float = 0.001  # loss -= coef · mean entropy [Search-R1 entropy_coeff; veRL 0.9 default 0]
-    kl_coef: float = 0.001  # β: KL loss (GRPO) or per-token KL penalty in the reward (PPO, REINFORCE++)
-    gamma: float = 1.0
-    lam: float = 1.0
-    max_grad_norm: float = 1.0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 64  # [max response 500 per turn]
-    max_total_tokens: int = 1024  # [max sequence 4096]
-    chat_template: bool | None = None  # None: the tokenizer's chat template when it has one
-    curriculum_steps: int = 0  # N > 0: sample questions of at most 1 + step // N hops (1-hop first); 0: all
-    min_hops: int = 0  # sample only questions of at least this many hops (the world's metadata); 0: any
-    drop_uniform_groups: bool = True  # GRPO: a group whose rewards are all equal teaches nothing; leave it out
-    trainable_layers: int = 0  # N > 0: train only the top N decoder layers and the final norm; 0: every weight
-    validation: int = 0  # N > 0: the last N training questions are never sampled; played greedily as validation
-    eval_every: int = 0  # with validation: play it every N steps (and before the first and after the last)
-    bf16: bool = False  # bfloat16 autocast for forward passes (weights and optimizer stay float32)
-    logprob_chunk: int = 1024  # tokens per lm-head chunk when computing log-probs and entropies
-    steps: int = 2  # [500-600 steps]
-    save_every: int = 0  # 0 = only at the end (when output_dir is set) [100]
-    seed: int = 0
-
-    @classmethod
-    def paper(cls, algorithm: Algorithm = "ppo", **overrides: Any) -> PPOConfig:
-        """Search-R1's settings (8×H100 scale): 512 prompts per step (× 5 episodes each for GRPO), mini-batches of
-        256 prompts, micro-batches of 64 episodes, 500 new tokens per turn, 4096 in all, 500 steps, bf16 autocast."""
-        group = 5 if algorithm == "grpo" else 1
-        values: dict[str, Any] = {
-            "algorithm": algorithm,
-            "lr": 1e-6 if algorithm == "ppo" else 5e-7,
-            "prompts_per_step": 512,
-            "group_size": group,
-            "mini_batch_size": 256 * group,
-            "micro_batch_size": 64,
-            "max_new_tokens": 500,
-            "max_total_tokens": 4096,
-            "bf16": True,
-            "steps": 500,
-            "save_every": 100,
-        }
-        return cls(**{**values, **overrides})
-
-    def __post_init__(self) -> None:
-        if self.algorithm not in ("ppo", "grpo", "reinforce++"):
-            raise ValueError(f"algorithm must be 'ppo', 'grpo' or 'reinforce++', got {self.algorithm!r}")
-        if self.algorithm == "grpo" and self.group_size < 2:
-            raise ValueError("GRPO needs group_size >= 2: advantages are rewards relative to the group")
-        if self.mini_batch_size % self.micro_batch_size:
-            raise ValueError("mini_batch_size must be a multiple of micro_batch_size")
-        counts = (self.curriculum_steps, self.min_hops, self.trainable_layers, self.validation, self.eval_every)
-        if min(counts) < 0 or self.logprob_chunk < 1:
-            raise ValueError(
-                "curriculum_steps, min_hops, trainable_layers, validation and eval_every must be >= 0 and "
-                "logprob_chunk >= 1"
-            )
-        if self.steps < 1 or self.prompts_per_step < 1 or self.group_size < 1:
-            raise ValueError(
-                f"steps, prompts_per_step and group_size must be at least 1, got steps={self.steps}, "
-                f"prompts_per_step={self.prompts_per_step}, group_size={self.group_size} (nothing would be trained)"
-            )
-
-    @property
-    def episodes_per_step(self) -> int:
-        return self.prompts_per_step * self.group_size
-
-    @property
-    def sampling(self) -> SamplingConfig:
-        return SamplingConfig(
-            self.temperature, self.top_p, self.max_new_tokens, self.max_total_tokens, chat_template=self.chat_template
-        )
+__all__ = ["ALGORITHMS", "Algorithm", "PPOConfig", "Trainer"]
 
 
 class Trainer:
@@ -168,6 +83,8 @@ class Trainer:
         run_settings: the model and environment settings (``model``, ``protocol``, ``dataset``, ``reward``, ...)
             written with every checkpoint as ``searchenv_run.json``, see
             :func:`searchenv.rollout.write_run_settings`.
+        demonstrations: tokenized demonstrations that expert iteration replays (``config.replay`` per update);
+            they must come from training questions (the warm start's own, typically).
     """
 
     def __init__(
@@ -179,6 +96,7 @@ class Trainer:
         log_path: str | Path | None = None,
         output_dir: str | Path | None = None,
         run_settings: Mapping[str, Any] | None = None,
+        demonstrations: Sequence[TokenizedEpisode] = (),
     ):
         if len(envs) != config.episodes_per_step:
             raise ValueError(
@@ -215,6 +133,15 @@ class Trainer:
                 f"validation holds out {config.validation} of {len(self.examples)} questions; leave some to train on"
             )
         self.hops = self._hops() if config.curriculum_steps or config.min_hops else None
+        trainable = len(self.examples) - config.validation
+        known = [ex.metadata.get("hops") for ex in self.examples]
+        self.pool = QuestionPool(trainable, known if None not in known else None, filtered=config.difficulty_pool)
+        self.placebo_rng = np.random.default_rng(config.seed + 1)  # apart from question sampling: same draws
+        if config.replay and not demonstrations:
+            raise ValueError("replay > 0 needs demonstrations to replay (Trainer(demonstrations=...))")
+        self.demonstrations = list(demonstrations)
+        self.best_em: float | None = None
+        self.best_step = 0
         self.global_step = 0
 
     def _hops(self) -> list[int]:
@@ -236,16 +163,16 @@ class Trainer:
         """Prompts for one step, each repeated ``group_size`` times (consecutive, as GRPO groups need).
 
         With ``curriculum_steps = N`` only questions of at most ``1 + step // N`` hops are drawn (1-hop first); with
-        ``min_hops = M`` only questions of at least ``M`` hops.
+        ``min_hops = M`` only questions of at least ``M`` hops; with ``difficulty_pool`` by estimated success
+        variance (:class:`~searchenv.adapters.ppo.pool.QuestionPool`), else uniformly.
         """
-        pool = np.arange(len(self.examples) - self.config.validation)
+        allowed = None
         if self.hops is not None:
             cfg = self.config
             cap = 1 + self.global_step // cfg.curriculum_steps if cfg.curriculum_steps else max(self.hops)
-            pool = np.array([i for i in pool if cfg.min_hops <= self.hops[i] <= max(cap, cfg.min_hops)])
-        replace = len(pool) < self.config.prompts_per_step
-        prompts = self.rng.choice(pool, self.config.prompts_per_step, replace=replace)
-        return [int(i) for i in prompts for _ in range(self.config.group_size)]
+            allowed = [i for i in range(self.pool.size) if cfg.min_hops <= self.hops[i] <= max(cap, cfg.min_hops)]
+        prompts = self.pool.sample(self.config.prompts_per_step, self.rng, allowed)
+        return [i for i in prompts for _ in range(self.config.group_size)]
 
     def step(self) -> dict[str, float]:
         """Rollout → score → advantages → policy (and critic) update. Returns the step's metrics.
@@ -254,30 +181,31 @@ class Trainer:
         """
         cfg = self.config
         started = time.perf_counter()
-        with tqdm(desc=f"step {self.global_step + 1} rollout", unit="tok", leave=False, file=sys.stderr) as bar:
-            episodes = rollout(
-                self.envs,
-                self.generator,
-                cfg.sampling,
-                indices=self.sample_indices(),
-                seed=cfg.seed + self.global_step,
-                on_turn=bar.update,
-                policy_version=self.global_step,
-            )
+        episodes, rewards, rounds = self._play()
         rollout_seconds = time.perf_counter() - started
-        trained = self._informative(episodes)
+        kept = self._selected(rewards)
+        trained = [episodes[i].tokens for i in kept]
+        trained_rewards = [rewards[i] for i in kept]
+        if cfg.algorithm == "expert-iteration" and trained and cfg.replay:
+            picks = self.rng.choice(len(self.demonstrations), cfg.replay, replace=len(self.demonstrations) < cfg.replay)
+            trained += [self.demonstrations[int(i)] for i in picks]
+            trained_rewards += [1.0] * cfg.replay
         update_started = time.perf_counter()
         stats: dict[str, float] = {}
         kl = batch = None
         if trained:
-            batch = collate([e.tokens for e in trained], [e.reward for e in trained], self.tokenizer.pad_token_id)
-            batch = batch.to(self.device)
+            batch = collate(trained, trained_rewards, self.tokenizer.pad_token_id).to(self.device)
             advantages, returns, old_logprobs, ref_logprobs, old_values, kl = self._score(batch)
             stats = self._update(batch, advantages, returns, old_logprobs, ref_logprobs, old_values)
         self.global_step += 1
         update_seconds = time.perf_counter() - update_started
         metrics = self._metrics(episodes, stats, kl, batch)
-        metrics["ppo/trained_episodes"] = float(len(trained))
+        groups = len(rewards) // cfg.group_size
+        metrics["ppo/trained_episodes"] = float(len(kept))
+        metrics["ppo/replayed"] = float(len(trained) - len(kept))
+        metrics["pool/rounds"] = float(rounds)
+        metrics["pool/informative_fraction"] = len(informative_groups(rewards, cfg.group_size)) / groups
+        metrics.update(self._pass_rates(episodes))
         sampled = sum(e.metrics["rollout/model_tokens"] for e in episodes)
         updated = float(batch.attention_mask.sum()) * cfg.ppo_epochs if batch is not None else 0.0
         metrics.update(
@@ -290,6 +218,43 @@ class Trainer:
             }
         )
         return metrics
+
+    def _play(self) -> tuple[list[EpisodeResult], list[float], int]:
+        """Play rounds of ``prompts_per_step`` groups until ``informative_groups`` of them have differing rewards
+        (at most ``max_rounds``; one round when it is 0). Returns the episodes, the rewards the update sees (the
+        placebo's shuffled within groups) and the number of rounds. The pool records the true rewards."""
+        cfg = self.config
+        episodes: list[EpisodeResult] = []
+        rewards: list[float] = []
+        rounds = cfg.max_rounds if cfg.informative_groups else 1
+        for round_ in range(rounds):
+            with tqdm(desc=f"step {self.global_step + 1} rollout", unit="tok", leave=False, file=sys.stderr) as bar:
+                played = rollout(
+                    self.envs,
+                    self.generator,
+                    cfg.sampling,
+                    indices=self.sample_indices(),
+                    seed=cfg.seed + self.global_step + 1_000_003 * round_,
+                    on_turn=bar.update,
+                    policy_version=self.global_step,
+                )
+            true = [e.reward for e in played]
+            for start in range(0, len(played), cfg.group_size):
+                self.pool.record(played[start].index, true[start : start + cfg.group_size])
+            episodes += played
+            rewards += shuffle_within_groups(true, cfg.group_size, self.placebo_rng) if cfg.placebo else true
+            if len(informative_groups(rewards, cfg.group_size)) >= cfg.informative_groups:
+                return episodes, rewards, round_ + 1
+        return episodes, rewards, rounds
+
+    def _pass_rates(self, episodes: Sequence[EpisodeResult]) -> dict[str, float]:
+        """The step's pass rate at the sampling temperature (true rewards), overall and by the world's hop count."""
+        true = [e.reward for e in episodes]
+        out = {"pool/pass_rate": float(np.mean(true))}
+        hops = [self.examples[e.index].metadata.get("hops") if e.index is not None else None for e in episodes]
+        for h in sorted({h for h in hops if h is not None}):
+            out[f"pool/pass_rate_{h}hop"] = float(np.mean([r for r, k in zip(true, hops) if k == h]))
+        return out
 
     def validate(self) -> dict[str, float]:
         """Greedy episodes on the held-out questions (the last ``config.validation`` of the training set), played
@@ -318,16 +283,27 @@ class Trainer:
             metrics[f"val/em_{h}hop"] = float(np.mean([em for em, k in zip(ems, hops) if k == h]))
         return metrics
 
-    def _informative(self, episodes: list[EpisodeResult]) -> list[EpisodeResult]:
-        """The episodes the update learns from: with ``drop_uniform_groups`` (GRPO), only groups whose rewards
-        differ. An all-equal group has advantage 0 everywhere, so it would update on the entropy bonus alone (and
-        dilute the batch's token mean); DAPO drops such groups the same way."""
+    def _selected(self, rewards: Sequence[float]) -> list[int]:
+        """The episodes (indices, whole groups in order) the update learns from.
+
+        - GRPO with ``drop_uniform_groups``: only groups whose rewards differ. An all-equal group has advantage 0
+          everywhere, so it would update on the entropy bonus alone (and dilute the batch's token mean); DAPO drops
+          such groups the same way.
+        - expert iteration: in each group whose rewards differ, the episodes that earned the group's best reward
+          (under EM: the successes on questions the policy does not always solve).
+        - otherwise every episode.
+        """
         cfg = self.config
-        if cfg.algorithm != "grpo" or not cfg.drop_uniform_groups:
-            return list(episodes)
         size = cfg.group_size
-        groups = [episodes[i : i + size] for i in range(0, len(episodes), size)]
-        return [e for group in groups if len({e.reward for e in group}) > 1 for e in group]
+        if cfg.algorithm == "expert-iteration":
+            kept = []
+            for g in informative_groups(rewards, size):
+                group = rewards[g * size : (g + 1) * size]
+                kept += [g * size + i for i, r in enumerate(group) if r == max(group)]
+            return kept
+        if cfg.algorithm != "grpo" or not cfg.drop_uniform_groups:
+            return list(range(len(rewards)))
+        return [g * size + i for g in informative_groups(rewards, size) for i in range(size)]
 
     def _logprobs(self, model: nn.Module, batch: Batch, with_entropy: bool = False):
         cfg = self.config
@@ -339,8 +315,13 @@ class Trainer:
         cfg = self.config
         # GRPO with a single update per batch is exactly on-policy: the "old" logprobs equal the ones the update
         # computes, so that forward pass is skipped (PPO and REINFORCE++ still need them for the KL penalty).
-        on_policy = cfg.ppo_epochs == 1 and cfg.mini_batch_size >= cfg.episodes_per_step
+        # Expert iteration is fine-tuning: every kept model token has advantage 1 and no ratio to clip.
+        on_policy = cfg.ppo_epochs == 1 and cfg.mini_batch_size >= batch.input_ids.shape[0]
         old_logprobs = ref_logprobs = kl = None
+        if cfg.algorithm == "expert-iteration":
+            if self.reference is not None:
+                ref_logprobs = self._chunked(lambda b: self._logprobs(self.reference, b), batch)
+            return batch.loss_mask.clone(), None, None, ref_logprobs, None, None
         if not (cfg.algorithm == "grpo" and on_policy):
             old_logprobs = self._chunked(lambda b: self._logprobs(self.model, b), batch)
         if self.reference is not None:
@@ -368,7 +349,7 @@ class Trainer:
     def _update(self, batch, advantages, returns, old_logprobs, ref_logprobs, old_values) -> dict[str, float]:
         cfg = self.config
         n = batch.input_ids.shape[0]
-        kl_in_loss = cfg.algorithm == "grpo"
+        kl_in_loss = cfg.algorithm in ("grpo", "expert-iteration")
         sums: dict[str, float] = {}
         updates = 0
         self.model.train()
@@ -458,17 +439,31 @@ class Trainer:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
         total = self.config.steps if steps is None else steps
         if evaluate is not None:
-            self._log({"step": self.global_step, **evaluate(self)}, history, callback)
+            self._log(self._keep_best({"step": self.global_step, **evaluate(self)}), history, callback)
         for done in tqdm(range(1, total + 1), desc=f"{self.config.algorithm} steps", unit="step", file=sys.stderr):
             metrics = self.step()
             if evaluate is not None and (done == total or (eval_every and done % eval_every == 0)):
                 metrics.update(evaluate(self))
+                self._keep_best(metrics)
             self._log(metrics, history, callback)
             if self.output_dir and self.config.save_every and self.global_step % self.config.save_every == 0:
                 self.save(self.output_dir / f"step_{self.global_step}")
         if self.output_dir:
             self.save(self.output_dir / "final")
         return history
+
+    def _keep_best(self, metrics: dict[str, float]) -> dict[str, float]:
+        """With ``keep_best``: save ``output_dir/best`` when validation EM beats every earlier validation (the
+        starting weights' included, so a run that never improves selects them), and log ``val/best_em`` and
+        ``val/best_step``. The selection reads only the held-out *training* questions, never a test split."""
+        em = metrics.get("val/em")
+        if not self.config.keep_best or em is None or self.output_dir is None:
+            return metrics
+        if self.best_em is None or em > self.best_em:
+            self.best_em, self.best_step = em, self.global_step
+            self.save(self.output_dir / "best")
+        metrics["val/best_em"], metrics["val/best_step"] = self.best_em, float(self.best_step)
+        return metrics
 
     def _log(
         self,
@@ -487,11 +482,5 @@ class Trainer:
 
     def save(self, path: Path) -> None:
         """Weights, tokenizer and ``searchenv_run.json`` (model, environment, reward and algorithm settings)."""
-        path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
-        write_run_settings(
-            path,
-            {**self.run_settings, "algorithm": self.config.algorithm, "config": asdict(self.config)},
-            step=self.global_step,
-        )
+        settings = {**self.run_settings, "algorithm": self.config.algorithm, "config": asdict(self.config)}
+        save_checkpoint(path, self.model, self.tokenizer, settings, step=self.global_step)

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from searchenv.adapters.ppo.batch import collate, token_logprobs
 from searchenv.adapters.sft.demonstrations import Demonstration
 from searchenv.protocol import Protocol
-from searchenv.rollout import write_run_settings
+from searchenv.rollout import save_checkpoint
 from searchenv.rollout.models import train_top_layers
 from searchenv.tokenization import TokenizedEpisode, tokenize_segments
 
@@ -191,8 +191,7 @@ class SFTTrainer:
 
     def save(self, path: Path) -> None:
         """Weights, tokenizer and ``searchenv_run.json`` (the environment it learned in, and this config)."""
-        path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
         settings = {**self.run_settings, "algorithm": "sft", "config": asdict(self.config)}
-        write_run_settings(path, settings, step=self.global_step, demonstrations=len(self.episodes))
+        save_checkpoint(
+            path, self.model, self.tokenizer, settings, step=self.global_step, demonstrations=len(self.episodes)
+        )

@@ -15,7 +15,14 @@ from __future__ import annotations
 from searchenv.rollout.driver import EpisodeDriver, EpisodeResult, TurnRequest, make_envs, rollout
 from searchenv.rollout.engines import HFGenerator, VLLMEngineGenerator, VLLMGenerator
 from searchenv.rollout.models import MODEL_ALIASES, gguf_tokenizer, load_policy
-from searchenv.rollout.run_file import RUN_FILE, RUN_KEYS, read_run_settings, write_run_settings
+from searchenv.rollout.run_file import (
+    RUN_FILE,
+    RUN_KEYS,
+    read_run_settings,
+    remove_partial_checkpoints,
+    save_checkpoint,
+    write_run_settings,
+)
 from searchenv.rollout.sampling import GeneratedTurn, SamplingConfig, TurnGenerator
 
 __all__ = [
@@ -35,6 +42,8 @@ __all__ = [
     "load_policy",
     "make_envs",
     "read_run_settings",
+    "remove_partial_checkpoints",
     "rollout",
+    "save_checkpoint",
     "write_run_settings",
 ]
