@@ -1,5 +1,5 @@
-"""``searchenv learn``: the whole learning run from one seed — warm start, reinforcement learning and its
-random-retriever control, held-out evaluation of four policies as agent and RAG, the evidence table and its plots
+"""``searchenv learn``: the whole learning run from one seed — warm start, reinforcement learning with its placebo
+and a second seed, held-out evaluation as agent and two RAG baselines, the evidence table and its plots
 (:mod:`searchenv.adapters.learn.pipeline`)."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from searchenv.cli.values import non_negative_int, positive_int
 __all__ = ["add_parser"]
 
 _DESCRIPTION = (
-    "The whole learning run from one seed: warm start, reinforcement learning and its random-retriever control, "
-    "held-out evaluation of four policies as agent and RAG, the evidence table and its plots."
+    "The whole learning run from one seed: warm start, reinforcement learning (expert iteration) with its placebo "
+    "and a second seed, held-out evaluation of five policies as agent and two RAG baselines, the evidence table "
+    "and its plots."
 )
 
 
@@ -24,10 +25,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--output", default="runs/learns", help="folder of the run (resumed when it exists)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of every stage")
     parser.add_argument(
-        "--threads", type=positive_int, default=1, help="torch threads of each process (two run at once)"
+        "--threads", type=positive_int, default=1, help="torch threads of each process (up to three run at once)"
     )
+    parser.add_argument(
+        "--device", default="cpu", help="'cpu' (the recipe), or 'cuda' (every stage on the GPU, larger batches)"
+    )
+    parser.add_argument("--model", default="smollm2-135m", help="the base model: the packaged alias or a folder")
     parser.add_argument("--dry-run", action="store_true", help="print the stages' commands; run nothing")
-    parser.add_argument("--tiny", action="store_true", help="every stage in seconds (a smoke test, not a result)")
+    parser.add_argument(
+        "--tiny", action="store_true", help="every stage at its smallest (3-7 minutes; a smoke test, not a result)"
+    )
     parser.set_defaults(handler=_learn)
     return parser
 
@@ -38,4 +45,16 @@ def _learn(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if output.exists() and not output.is_dir():
         raise SystemExit(f"--output {output} is a file; name a folder (a new one, or an earlier run's to resume it)")
-    return run(output, args.seed, threads=args.threads, tiny=args.tiny, dry_run=args.dry_run)
+    if args.device != "cpu" and not args.device.startswith("cuda"):
+        raise SystemExit(f"--device {args.device!r}: choose 'cpu' or 'cuda' (or 'cuda:N')")
+    if args.model not in ("smollm2-135m",) and not Path(args.model).is_dir():
+        raise SystemExit(f"--model {args.model}: no such folder; pass a checkpoint folder or 'smollm2-135m'")
+    return run(
+        output,
+        args.seed,
+        threads=args.threads,
+        tiny=args.tiny,
+        dry_run=args.dry_run,
+        device=args.device,
+        model=args.model,
+    )
