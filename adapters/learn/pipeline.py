@@ -94,12 +94,16 @@ def plan(
     threads: int = 1,
     device: str = "cpu",
     model: str = "smollm2-135m",
+    rl_minutes: float = 0.0,
 ) -> list[Stage]:
-    """The run's stages as commands (see the module docstring)."""
+    """The run's stages as commands (see the module docstring); ``rl_minutes > 0`` stops each RL run after the
+    first step past that time (its best validated checkpoint is what is evaluated)."""
     logs = output / "logs"
     gpu = device != "cpu"
     sft = {**SFT_RECIPE, **(TINY_SFT if tiny else {})}
     rl = {**RL_RECIPE, **(GPU_RL if gpu else {}), **(TINY_RL if tiny else {})}
+    if rl_minutes:
+        rl["time_limit"] = rl_minutes * 60
     evaluation = {**EVAL_SETTINGS, **(GPU_EVAL if gpu else {}), **(TINY_EVAL if tiny else {})}
     machine = ["--threads", str(threads), "--device", device]
     train = [*_flags(LEARN_ENV), *machine]
@@ -225,11 +229,12 @@ def run(
     dry_run: bool = False,
     device: str = "cpu",
     model: str = "smollm2-135m",
+    rl_minutes: float = 0.0,
 ) -> int:
     """Run (or with ``dry_run`` print) every stage not done yet, then write the evidence; returns 0."""
     from searchenv.rollout import remove_partial_checkpoints
 
-    stages = plan(output, seed, tiny=tiny, threads=threads, device=device, model=model)
+    stages = plan(output, seed, tiny=tiny, threads=threads, device=device, model=model, rl_minutes=rl_minutes)
     if dry_run:
         for stage in stages:
             for command in stage.commands:

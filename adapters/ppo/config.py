@@ -53,6 +53,7 @@ class PPOConfig:
     replay: int = 0  # expert-iteration: warm-start demonstrations replayed in every update (forgetting guard)
     replay_max_hops: int = 2  # the demonstrations replayed: questions of at most this many hops (the warm start's)
     keep_best: bool = False  # with validation: save the checkpoint of the best validation EM as output_dir/best
+    time_limit: float = 0.0  # seconds > 0: stop after the first step that ends past it (validated and saved as usual)
     trainable_layers: int = 0  # N > 0: train only the top N decoder layers and the final norm; 0: every weight
     validation: int = 0  # N > 0: the last N training questions are never sampled; played greedily as validation
     eval_every: int = 0  # with validation: play it every N steps (and before the first and after the last)
@@ -103,10 +104,10 @@ class PPOConfig:
             self.replay,
             self.replay_max_hops,
         )
-        if min(counts) < 0 or self.logprob_chunk < 1 or self.max_rounds < 1:
+        if min(counts) < 0 or self.time_limit < 0 or self.logprob_chunk < 1 or self.max_rounds < 1:
             raise ValueError(
-                "curriculum_steps, min_hops, trainable_layers, validation, eval_every, informative_groups, replay "
-                "and replay_max_hops must be >= 0, logprob_chunk and max_rounds >= 1"
+                "curriculum_steps, min_hops, trainable_layers, validation, eval_every, informative_groups, replay, "
+                "replay_max_hops and time_limit must be >= 0, logprob_chunk and max_rounds >= 1"
             )
         if self.replay and self.algorithm != "expert-iteration":
             raise ValueError("replay mixes demonstrations into expert-iteration's fine-tuning; set replay=0")

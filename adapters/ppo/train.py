@@ -222,6 +222,8 @@ ALGORITHM_HELP: dict[str, str] = {
     "replay": "expert-iteration: warm-start demonstrations (the scripted demonstrator's, train questions) replayed "
     "in every update",
     "replay_max_hops": "with --replay: replay demonstrations of questions of at most this many hops",
+    "time_limit": "seconds > 0: stop after the first step that ends past this budget (validated and saved as after "
+    "the last step); 0: no limit",
     "keep_best": "with --validation: save the checkpoint of the best validation EM as OUTPUT/best (the start included)",
     "trainable_layers": "N > 0: train only the top N decoder layers and the final norm (cheaper steps); 0: all",
     "validation": "N > 0: hold the last N training questions out of sampling and play them greedily as validation",

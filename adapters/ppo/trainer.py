@@ -440,14 +440,20 @@ class Trainer:
         total = self.config.steps if steps is None else steps
         if evaluate is not None:
             self._log(self._keep_best({"step": self.global_step, **evaluate(self)}), history, callback)
+        deadline = time.monotonic() + self.config.time_limit if self.config.time_limit else math.inf
         for done in tqdm(range(1, total + 1), desc=f"{self.config.algorithm} steps", unit="step", file=sys.stderr):
             metrics = self.step()
+            if time.monotonic() >= deadline and done < total:
+                print(f"time limit of {self.config.time_limit:.0f} s reached after step {done}", file=sys.stderr)
+                total = done
             if evaluate is not None and (done == total or (eval_every and done % eval_every == 0)):
                 metrics.update(evaluate(self))
                 self._keep_best(metrics)
             self._log(metrics, history, callback)
             if self.output_dir and self.config.save_every and self.global_step % self.config.save_every == 0:
                 self.save(self.output_dir / f"step_{self.global_step}")
+            if done == total:
+                break
         if self.output_dir:
             self.save(self.output_dir / "final")
         return history

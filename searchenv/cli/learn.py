@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from searchenv.cli.values import non_negative_int, positive_int
+from searchenv.cli.values import non_negative_float, non_negative_int, positive_int
 
 __all__ = ["add_parser"]
 
@@ -31,6 +31,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--device", default="cpu", help="'cpu' (the recipe), or 'cuda' (every stage on the GPU, larger batches)"
     )
     parser.add_argument("--model", default="smollm2-135m", help="the base model: the packaged alias or a folder")
+    parser.add_argument(
+        "--rl-minutes",
+        type=non_negative_float,
+        default=0.0,
+        help="stop each RL run after the first step past this many minutes (0: the recipe's steps)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the stages' commands; run nothing")
     parser.add_argument(
         "--tiny", action="store_true", help="every stage at its smallest (3-7 minutes; a smoke test, not a result)"
@@ -57,4 +63,5 @@ def _learn(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         device=args.device,
         model=args.model,
+        rl_minutes=args.rl_minutes,
     )

@@ -11,7 +11,16 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["comma_list", "key_value", "merge_options", "non_negative_int", "positive_int", "positive_ints", "word_cap"]
+__all__ = [
+    "comma_list",
+    "key_value",
+    "merge_options",
+    "non_negative_float",
+    "non_negative_int",
+    "positive_int",
+    "positive_ints",
+    "word_cap",
+]
 
 
 def _int_at_least(text: str, low: int, what: str) -> int:
@@ -32,6 +41,17 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """An integer of at least 0."""
     return _int_at_least(text, 0, "an integer >= 0")
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number of at least 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
 
 
 def word_cap(text: str) -> int | None:
