@@ -31,6 +31,7 @@ from searchenv.env.defaults import env_default
 from searchenv.env.search_qa import SearchQAEnv
 from searchenv.imports import load_attr, moved
 from searchenv.protocol import Protocol, get_protocol
+from searchenv.reward_specs.hops import hop_answers
 from searchenv.types import QAExample
 
 __all__ = [
@@ -107,6 +108,9 @@ def search_r1_row(
         "reward_model": {"style": "rule", "ground_truth": ground_truth},
         "extra_info": {"split": split, "index": index, "question": example.question, "id": example.id},
     }
+    hops = hop_answers(example.metadata)
+    if hops is not None:  # for rewards that read them (hop-credit); row_example reads them back
+        row["extra_info"]["hop_answers"] = list(hops)
     if trainer == "verl":
         row["agent_name"] = AGENT_NAME
     elif trainer == "skyrl":
@@ -141,8 +145,12 @@ def row_example(
 
     ``ground_truth`` is Search-R1's ``{"target": [...]}``, a plain string (as in some public parquet files),
     or a list. The question is ``extra_info["question"]`` when present, else read from the last prompt message.
+    ``extra_info["hop_answers"]`` (written by :func:`search_r1_row` for questions that have them) becomes the
+    example's metadata, for rewards that read it (``hop-credit``).
     """
     row: dict[str, Any] = {"reward_model": {"ground_truth": plain(ground_truth)}, "extra_info": plain(extra_info) or {}}
+    if row["extra_info"].get("hop_answers") is not None:
+        row["metadata"] = {"hop_answers": row["extra_info"]["hop_answers"]}
     if prompt is not None:
         row["prompt"] = plain(prompt)
     if data_source is not None:

@@ -17,13 +17,16 @@ formula                   reward                                                
                           γa·[one answer block] (R-Search)
 ``judge``                 as ``format_retrieval`` with "correct" decided by an LLM judge (ACC_L); λf = λr [0, 1]
                           = 0 by default, i.e. the verdict; EM when the judge gives none (counted)
+``hop_credit``            1 when correct, else λh·(hops whose answer was shown / hops) — per-hop       [0, 1]
+                          credit (PiCA, StepSearch); needs the question's hop answers (world, MuSiQue)
 ========================  ===========================================================================  ===============
 
 A spec file (read by :mod:`searchenv.reward_specs.loader`) names one of them with its keys. Every result carries
 the same parts for dashboards: ``answer_score`` (the metric in use; F1 for ``r1_searcher_stage1``, which does not
 reward the answer), ``em``, ``f1``, ``cem``, ``format_ok``, ``retrieval_hit``, ``num_searches``, and for R-Search
 ``evidence_score``, ``evidence_format_ok``, ``answer_format_ok``, and for the judge ``judge`` (the verdict used)
-and ``judge_fallback`` (1.0 when the judge gave none and ``metric`` decided).
+and ``judge_fallback`` (1.0 when the judge gave none and ``metric`` decided), and for ``hop_credit`` ``hops``,
+``hops_found`` and ``hop_credit`` (the λh·found/hops a wrong answer earns).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from searchenv.episode.rollout import RewardResult, Rollout
 from searchenv.imports import load_attr
 from searchenv.reward_specs.blocks import block_content
 from searchenv.reward_specs.format_check import check_format, check_turns, single_block
+from searchenv.reward_specs.hops import HOP_KEYS, hop_answers, missing_hops_error
 from searchenv.reward_specs.judging.judge import Case, Judge, Verdict
 from searchenv.reward_specs.judging.prompt import ACC_L_PROMPT
 from searchenv.reward_specs.metrics import (
@@ -48,6 +52,7 @@ from searchenv.reward_specs.metrics import (
     exact_match,
     f1_score,
 )
+from searchenv.types import QAExample
 
 __all__ = ["FORMULAS", "METRICS", "Answerer", "RewardSpecError"]
 
@@ -89,11 +94,16 @@ class _Measured:
         return check_turns(self._facts.turns).ok
 
     @cached_property
+    def shown_contents(self) -> tuple[str, ...]:
+        """The text of every passage (or page) shown, as shown (after the word cap) — never the labels the
+        environment writes around passages (``Doc 1(Title: …)``), which would pay golds like ``1`` or ``Doc``
+        after any search."""
+        return tuple(piece for body in self._facts.shown_texts for piece in self._protocol.shown_contents(body))
+
+    @cached_property
     def retrieval_hit(self) -> bool:
-        """A gold answer in the text of a passage (or page) shown — never in the labels the environment writes
-        around passages (``Doc 1(Title: …)``), which would pay golds like ``1`` or ``Doc`` after any search."""
-        contents = (piece for body in self._facts.shown_texts for piece in self._protocol.shown_contents(body))
-        return answer_in_passages(self._golds, contents)
+        """A gold answer in the text of a passage (or page) shown (:attr:`shown_contents`)."""
+        return answer_in_passages(self._golds, self.shown_contents)
 
     def parts(self, **known: float) -> dict[str, float]:
         """The dashboard parts: :data:`PART_NAMES`, then the ``known`` ones a formula computed already."""
@@ -442,6 +452,51 @@ class JudgeReward(FormatRetrievalReward):
         return results
 
 
+@dataclass(frozen=True)
+class HopCreditReward(_Formula):
+    """Per-hop credit (after PiCA and StepSearch): a wrong answer still earns λh × the share of the question's hops
+    whose answer appeared in a passage the policy was shown; a correct one earns 1.
+
+    Outcome-only rewards give a multi-hop episode that found two of three hops the same 0 as one that never
+    searched, so a group of such episodes carries no signal. The credit is capped at λh < 1: no amount of searching
+    earns what the right answer earns. The hop answers come from the question's metadata
+    (:func:`~searchenv.reward_specs.hops.hop_answers`: the world's ``hop_answers``, MuSiQue's decomposition); an
+    environment refuses a dataset without them when it is built or reset (:meth:`check_example`).
+    """
+
+    formula: ClassVar[str] = "hop_credit"
+    reads_retrieval: ClassVar[bool] = True
+    metric: str = "em"
+    lambda_h: float = 0.5
+
+    def __post_init__(self) -> None:
+        _choice(self.formula, "metric", self.metric, _BINARY_METRICS)
+        _number(self.formula, "lambda_h", self.lambda_h, 0.0, 1.0, high_open=True)
+
+    @property
+    def reward_range(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
+    def check_example(self, example: QAExample) -> None:
+        """Refuse a question this reward cannot score (no hop answers), naming it, its dataset and the choices."""
+        if hop_answers(example.metadata) is None:
+            raise RewardSpecError(missing_hops_error(self.name or self.formula, example.id, example.data_source))
+
+    def __call__(self, rollout: Rollout) -> RewardResult:
+        hops = hop_answers(rollout.metadata)
+        if hops is None:
+            raise RewardSpecError(
+                f"reward {self.name or self.formula!r} needs the question's intermediate answers in rollout.metadata "
+                f"({' or '.join(HOP_KEYS)}); the text paths take them as Rollout.from_text(..., "
+                "metadata=example.metadata)"
+            )
+        measured = _Measured(rollout, self.metric)
+        found = sum(answer_in_passages((answer,), measured.shown_contents) for answer in hops)
+        credit = self.lambda_h * found / len(hops)
+        reward = 1.0 if measured.score == 1.0 else credit
+        return RewardResult(reward, measured.parts(hops=float(len(hops)), hops_found=float(found), hop_credit=credit))
+
+
 FORMULAS: dict[str, type[_Formula]] = {
     cls.formula: cls
     for cls in (
@@ -452,5 +507,6 @@ FORMULAS: dict[str, type[_Formula]] = {
         R1SearcherStage2,
         RSearchReward,
         JudgeReward,
+        HopCreditReward,
     )
 }

@@ -33,6 +33,7 @@ _BUILTIN_FILES = {
     "r1-searcher-stage2": "r1_searcher_stage2.yaml",
     "r-search": "r_search.yaml",
     "judge": "judge.yaml",
+    "hop-credit": "hop_credit.yaml",
 }
 REWARD_SPECS: tuple[str, ...] = tuple(_BUILTIN_FILES)
 _MAX_BASE_DEPTH = 8
@@ -123,8 +124,8 @@ def load_reward(spec: str | os.PathLike[str] | Mapping[str, Any] | RewardSpec, *
     """Build a reward from a built-in name, a YAML/JSON spec file, a mapping, or pass a ready object through.
 
     Built-in names (``-`` and ``_`` both accepted): ``em``, ``f1``, ``cem``, ``format``, ``format-retrieval``,
-    ``r1-searcher-stage1``, ``r1-searcher-stage2``, ``r-search``, ``judge``. ``overrides`` replace keys of the
-    spec, e.g. ``load_reward("format", lambda_f=0.4)``, ``load_reward("r-search", answerer=my_answerer)`` or
+    ``r1-searcher-stage1``, ``r1-searcher-stage2``, ``r-search``, ``judge``, ``hop-credit``. ``overrides`` replace
+    keys of the spec, e.g. ``load_reward("format", lambda_f=0.4)``, ``load_reward("r-search", answerer=my_answerer)`` or
     ``load_reward("judge", url="http://127.0.0.1:8000", model="served-name")``.
     Any problem (unknown name, formula or key, out-of-range λ, missing answerer) raises ``ValueError`` at
     load time, never at the first reward.

@@ -52,6 +52,7 @@ __all__ = [
     "check_components",
     "check_dataset",
     "check_encoder",
+    "check_examples_for_reward",
     "check_retriever",
     "clear_cache",
     "close_shared",
@@ -373,6 +374,16 @@ def build_reward(reward: Any = "em", **overrides: Any) -> RewardSpec:
     return _shared("reward", [reward_key, overrides], lambda: load_reward(reward, **overrides))
 
 
+def check_examples_for_reward(reward_spec: Any, examples: Sequence[QAExample]) -> None:
+    """Refuse, before anything is played, questions the reward cannot score: a spec that reads more of a question
+    than its golds (``hop-credit`` reads its hop answers) has ``check_example(example)``, which raises naming the
+    question, its dataset and the alternatives."""
+    check = getattr(reward_spec, "check_example", None)
+    if check is not None:
+        for example in examples:
+            check(example)
+
+
 def load_encoder(encoder: Any = None, **options: Any) -> Encoder:
     """A dense encoder (see :func:`~searchenv.retrievers.dense.encoders.load_encoder`), loaded once per name and
     options."""
@@ -495,12 +506,14 @@ def env_components(
 
     check_components(dataset, split, corpus, retriever, reward, protocol, retriever_options, data_dir)
     examples = load_examples(dataset, split, data_dir=data_dir)
+    reward_spec = build_reward(reward)
+    check_examples_for_reward(reward_spec, examples)
     proto = get_protocol(protocol)
     built = build_retriever(retriever, corpus, retriever_options)
     return EnvComponents(
         protocol=proto,
         examples=examples,
         retriever=built,
-        reward_spec=build_reward(reward),
+        reward_spec=reward_spec,
         opener=build_opener(retriever, built, corpus) if proto.opens else None,
     )

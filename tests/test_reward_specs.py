@@ -316,7 +316,10 @@ _SPECS = {
 @settings(max_examples=120, deadline=None, derandomize=True)
 @given(pieces=_TEXT, protocol=st.sampled_from(sorted(PROTOCOLS)), golds=st.lists(st.text(max_size=8), max_size=3))
 def test_every_spec_stays_in_range_on_any_text(pieces: list[str], protocol: str, golds: list[str]) -> None:
-    rollout = Rollout.from_text("".join(pieces), golds or ["Paris"], protocol=protocol, question="capital of France")
+    hops = {"hop_answers": ["France", "Paris"]}  # for hop-credit
+    rollout = Rollout.from_text(
+        "".join(pieces), golds or ["Paris"], protocol=protocol, question="capital of France", metadata=hops
+    )
     for name, spec in _SPECS.items():
         if name == "r-search" and protocol != "r-search":
             continue

@@ -139,7 +139,10 @@ def _check(env: SearchQAEnv, last_info: dict) -> None:
     episode = env.episode
     env_rollout = Rollout.from_episode(episode)
     pieces = [(s.author, s.text) for s in episode.segments]
-    exact = Rollout.from_segments(pieces, episode.example.golden_answers, env.protocol, episode.example.question)
+    example = episode.example
+    exact = Rollout.from_segments(
+        pieces, example.golden_answers, env.protocol, example.question, metadata=example.metadata
+    )
     assert exact.facts == env_rollout.facts, episode.response_text
     text = Rollout.from_text(
         episode.response_text,
@@ -147,6 +150,7 @@ def _check(env: SearchQAEnv, last_info: dict) -> None:
         env.protocol,
         episode.example.question,
         env_spans=_spans(env),
+        metadata=example.metadata,
     )
     if episode.turns[-1].action.kept:  # an empty final action leaves no trace in spans (it changes no reward)
         assert text.facts == env_rollout.facts, episode.response_text
@@ -182,7 +186,14 @@ def _play(env: SearchQAEnv, rng: random.Random, fragments: list[str]) -> None:
 
 def _make_env(seed: int, protocol: str, budget: str, max_turns: int, cap: int | None) -> SearchQAEnv:
     return SearchQAEnv(
-        dataset=[{"id": "d", "question": "Who founded it?", "golden_answers": [GOLD, "Vell"]}],
+        dataset=[
+            {
+                "id": "d",
+                "question": "Who founded it?",
+                "golden_answers": [GOLD, "Vell"],
+                "metadata": {"hop_answers": ["Brosara", GOLD]},  # for hop-credit
+            }
+        ],
         retriever=GeneratedRetriever(seed, fail_every=seed % 5),
         reward=_SPECS[
             "r-search" if protocol == "r-search" else ("format-retrieval", "r1-searcher-stage1", "cem")[seed % 3]

@@ -313,7 +313,8 @@ def compute_score(
         data_source: the row's data source (unused; every source is scored the same way).
         solution_str: the decoded response: model turns and inserted information blocks, without the prompt.
         ground_truth: ``{"target": [...]}`` (Search-R1), a plain string, or a list of strings.
-        extra_info: the row's ``extra_info`` (its ``question`` is passed to specs that use it), with veRL's reward
+        extra_info: the row's ``extra_info`` (its ``question`` and ``hop_answers`` are passed to specs that use
+            them), with veRL's reward
             loop adding the agent loop's ``extra_fields``: ``env_spans`` (:func:`env_spans`) marks the text the
             environment inserted, so searches and passages are read as the environment recorded them.
         reward: reward spec name or spec file path (set it with ``custom_reward_function.reward_kwargs``).
@@ -349,6 +350,7 @@ def compute_score(
         question=str(info.get("question") or ""),
         env_spans=None if spans is None else [(int(start), int(end)) for start, end in spans],
         trust_transcript=bool(trust_transcript),
+        metadata={"hop_answers": info["hop_answers"]} if info.get("hop_answers") is not None else None,
     )
     result = spec(rollout)
     # No environment ended this text: an accepted answer is the only end reason it can show.

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import gymnasium as gym
 
 from searchenv.checks import choice, integer, non_negative_int, positive_int
-from searchenv.components import env_components
+from searchenv.components import check_examples_for_reward, env_components
 from searchenv.corpus import Corpus
 from searchenv.data.datasets import DEFAULT_SPLIT, example_from_row
 from searchenv.env.merged_scoring import DEFAULT_SCORE_MERGER, ScoreMerger, ascore_outcomes, scores_async
@@ -289,6 +289,7 @@ class SearchQAEnv(gym.Env[str, str]):
             example = options["example"]
             if not isinstance(example, QAExample):
                 example = example_from_row(example)
+            check_examples_for_reward(self.reward_spec, [example])  # the built dataset's were checked when built
         elif "index" in options:
             index = integer(options["index"], "options['index']", 0, len(self.examples) - 1)
             example = self.examples[index]

@@ -41,6 +41,10 @@ class Rollout:
         facts: what the episode's turns establish (prediction, searches, shown text, accepted text).
         turns: the turns themselves, for specs that need more than the facts.
         extras: anything else a spec may use (e.g. an evidence answerer's output cache).
+        metadata: the question's own metadata as its dataset gives it (``QAExample.metadata``: the generated
+            world's ``hop_answers``, MuSiQue's ``question_decomposition``, ...), for specs that score more than the
+            final answer against the golds (``hop-credit``). The environment path carries it from the episode's
+            example; the text paths take it as an argument.
     """
 
     question: str
@@ -49,6 +53,7 @@ class Rollout:
     facts: Facts
     turns: tuple[Turn, ...] = ()
     extras: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
     # -- the facts under the names specs use -------------------------------------------------------------
     @property
@@ -87,10 +92,13 @@ class Rollout:
         extras: Mapping[str, Any] | None = None,
         *,
         credit_searches: bool = True,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Rollout:
         proto = get_protocol(protocol)
         record = facts(turns, proto, credit_searches=credit_searches)
-        return cls(question, _golds(golden_answers), proto, record, record.turns, dict(extras or {}))
+        return cls(
+            question, _golds(golden_answers), proto, record, record.turns, dict(extras or {}), dict(metadata or {})
+        )
 
     @classmethod
     def from_episode(cls, episode: Episode, extras: Mapping[str, Any] | None = None) -> Rollout:
@@ -103,7 +111,15 @@ class Rollout:
         step being taken (the environment scores a step before it appends it)."""
         example, protocol = episode.example, episode.protocol
         record = episode.facts_of(turns)
-        return cls(example.question, example.golden_answers, protocol, record, record.turns, dict(extras or {}))
+        return cls(
+            example.question,
+            example.golden_answers,
+            protocol,
+            record,
+            record.turns,
+            dict(extras or {}),
+            example.metadata,
+        )
 
     @classmethod
     def from_segments(
@@ -113,14 +129,18 @@ class Rollout:
         protocol: str | Protocol = "search-r1",
         question: str = "",
         extras: Mapping[str, Any] | None = None,
+        *,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Rollout:
         """The text path with authorship known: ``(author, text)`` pieces, ``author`` ``"model"`` or ``"env"``.
 
         Pieces come from ``episode.segments``, or from a token loss mask decoded run by run (mask 1 = model).
-        Searches and retrieved text are credited exactly as the environment credited them.
+        Searches and retrieved text are credited exactly as the environment credited them. ``metadata`` is the
+        question's (``QAExample.metadata``), for specs that read it.
         """
         proto = get_protocol(protocol)
-        return cls.from_turns(turns_from_segments(segments, proto), golden_answers, proto, question, extras)
+        turns = turns_from_segments(segments, proto)
+        return cls.from_turns(turns, golden_answers, proto, question, extras, metadata=metadata)
 
     @classmethod
     def from_text(
@@ -133,6 +153,7 @@ class Rollout:
         *,
         env_spans: Sequence[tuple[int, int]] | None = None,
         trust_transcript: bool = False,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Rollout:
         """The text path: a response string as veRL's ``compute_score`` and TRL's reward functions receive it.
 
@@ -146,12 +167,15 @@ class Rollout:
                 transcript earns no search and no retrieval hit (the prediction is still the accepted answer,
                 found by the environment's rule); pass ``True`` only for transcripts you know the environment
                 produced.
+            metadata: the question's metadata (``QAExample.metadata``), for specs that read it (``hop-credit``
+                reads its intermediate answers).
         """
         if not isinstance(response, str):
             raise TypeError(f"response must be a str, got {type(response).__name__}; decode token ids first")
         proto = get_protocol(protocol)
         if env_spans is not None:
-            return cls.from_segments(_split_at_spans(response, env_spans), golden_answers, proto, question, extras)
+            pieces = _split_at_spans(response, env_spans)
+            return cls.from_segments(pieces, golden_answers, proto, question, extras, metadata=metadata)
         return cls.from_turns(
             turns_from_text(response, proto),
             golden_answers,
@@ -159,6 +183,7 @@ class Rollout:
             question,
             extras,
             credit_searches=trust_transcript,
+            metadata=metadata,
         )
 
 
@@ -226,6 +251,9 @@ class RewardSpec(TypingProtocol):
     A spec that waits on a service may also have the coroutine ``ascore_batch(rollouts)`` (the same results):
     ``step_async`` and ``step_batch_async`` await it, the episodes that end at nearly the same moment merged into
     one call (:mod:`searchenv.env.merged_scoring`), so the event loop keeps running while they are scored.
+    A spec that reads more of a question than its golds (``hop-credit`` reads its hop answers) may have
+    ``check_example(example)``, raising ``ValueError`` for a question it cannot score: the environment calls it on
+    its dataset when built and on a row given to ``reset``, so a wrong dataset fails before any episode is played.
     """
 
     name: str
