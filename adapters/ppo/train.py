@@ -431,13 +431,19 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
 
 
 def replay_demonstrations(config: Any, env_settings: Mapping[str, Any], tokenizer: Any) -> list[Any]:
-    """The scripted demonstrator's episodes that expert iteration replays: the warm start's (train questions of
-    at most ``config.replay_max_hops`` hops, the validation questions left out), tokenized by the rollouts' path."""
+    """The scripted demonstrator's episodes that expert iteration replays: the warm start's kind (train questions of
+    at most ``config.replay_max_hops`` hops, the validation questions left out), tokenized by the rollouts' path;
+    16 per replayed slot and at least 64, so that building them costs seconds, not a pass over every question."""
     from searchenv.adapters.sft.demonstrations import world_demonstrations
     from searchenv.protocol import get_protocol
     from searchenv.tokenization import tokenize_segments
 
-    found, _ = world_demonstrations(dict(env_settings), max_hops=config.replay_max_hops, held_out=config.validation)
+    found, _ = world_demonstrations(
+        dict(env_settings),
+        max_hops=config.replay_max_hops,
+        held_out=config.validation,
+        limit=max(64, 16 * config.replay),
+    )
     if not found:
         raise ValueError("--replay found no demonstrations to replay (the scripted demonstrator needs the world)")
     protocol = get_protocol(env_settings["protocol"])
