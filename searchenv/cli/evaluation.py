@@ -48,7 +48,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         help="checkpoint dir, 'smollm2-135m', or LABEL=PATH; repeat or comma-separate (default: smollm2-135m)",
     )
     what.add_argument("--policy", choices=["local", "vllm", "endpoint"], default="local", help="how to run the model")
-    what.add_argument("--baselines", default="", help="comma list of direct,rag to run beside the agent")
+    what.add_argument(
+        "--baselines",
+        default="",
+        help="comma list of direct,rag,rag_trained to run beside the agent (rag: a RAG instruction; rag_trained: the "
+        "policy's own prompt, one search with the question, then its answer)",
+    )
     what.add_argument("--no-agent", action="store_true", help="run only the --baselines")
     data = parser.add_argument_group("data and retrieval")
     data.add_argument(
@@ -92,6 +97,13 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
             "max_total_tokens": f"default: the checkpoint's, else {_device_note('max_total_tokens')}",
             "chat_template": "default: the checkpoint's, else auto",
         },
+    )
+    gen.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="episodes per question, each drawn with a seed derived from --seed; more than 1 needs --temperature > 0 "
+        "and adds pass@k (any sample right) to the report beside mean EM (default: 1)",
     )
     gen.add_argument("--batch-size", type=int, default=8, help="episodes played together")
     gen.add_argument(

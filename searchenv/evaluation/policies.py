@@ -13,6 +13,8 @@ Sampling follows the papers' evaluation: greedy (temperature 0) unless asked oth
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -72,7 +74,11 @@ class Generation:
 
 class Policy(TypingProtocol):
     """A policy behind a text interface (an OpenAI-compatible endpoint): it continues a batch of conversations,
-    stopping at any of ``stop`` or EOS. Policies whose weights are here are :class:`TokenPolicy`."""
+    stopping at any of ``stop`` or EOS. Policies whose weights are here are :class:`TokenPolicy`.
+
+    Drawing several samples per question (``searchenv eval --samples K``) also needs ``seed`` and
+    ``with_seed(seed)``: the same policy drawing from another seed (every policy here has them).
+    """
 
     name: str
 
@@ -132,6 +138,10 @@ class LocalPolicy:
         )
         self.generator = _Streaming(HFGenerator(model, tokenizer, self.sampling), self)
 
+    def with_seed(self, seed: int) -> LocalPolicy:
+        """This policy (the same model in memory) drawing from ``seed``: the runner seeds torch with it."""
+        return _reseeded(self, seed)
+
     @classmethod
     def load(
         cls,
@@ -185,6 +195,18 @@ class VLLMPolicy:
         llm = vllm.LLM(model=model, seed=sampling.seed)
         self.tokenizer = llm.get_tokenizer()
         self.generator = VLLMEngineGenerator(llm, self.tokenizer, self.sampling)
+
+    def with_seed(self, seed: int) -> VLLMPolicy:
+        """This policy with ``seed`` recorded; the engine keeps drawing from the stream seeded when it loaded, so
+        samples differ but are not tied to ``seed``."""
+        return _reseeded(self, seed)
+
+
+def _reseeded(policy: Any, seed: int) -> Any:
+    """A shallow copy of a token policy with another ``seed`` (the model and engine are shared, not copied)."""
+    other = copy.copy(policy)
+    other.seed = seed
+    return other
 
 
 class EndpointPolicy:
@@ -253,6 +275,19 @@ class EndpointPolicy:
         self.tokenizer = tokenizer
         self.retries = retries
         self.name = name or f"{model}@{self.url}"
+
+    @property
+    def seed(self) -> int:
+        """The sampling seed sent with every request."""
+        return self.sampling.seed
+
+    def with_seed(self, seed: int) -> EndpointPolicy:
+        """The same endpoint, requests sent with sampling seed ``seed`` (a client of its own: own pool, counters)."""
+        other = copy.copy(self)
+        other.sampling = dataclasses.replace(self.sampling, seed=seed)
+        other.client = copy.copy(self.client)  # __getstate__/__setstate__: fresh transient pools
+        other.client.sampling = other.sampling
+        return other
 
     async def agenerate(self, contexts: Sequence[Context], stop: Sequence[str]) -> list[Generation]:
         """One generation per context, the requests awaited concurrently on the running event loop."""

@@ -47,7 +47,11 @@ METRICS = (
     ("think_repetition", "think repetition", 3),
     ("duplicate_searches", "duplicate searches", 3),
     ("judge", "ACC_L", 3),
+    ("samples", "samples / question", 0),
+    ("pass_at_k", "pass@k (any sample right)", 3),
 )
+#: Columns shown only when some row has them: an LLM judge ran, or several samples were drawn per question.
+_OPTIONAL = ("judge", "samples", "pass_at_k")
 
 
 def canonical_dataset(dataset: str) -> str | None:
@@ -81,14 +85,28 @@ def _answered(record: Mapping[str, Any]) -> bool:
     return record.get("end_reason") == "answer" if "end_reason" in record else bool(record.get("answered"))
 
 
+def _pass_at_k(records: Sequence[Mapping[str, Any]]) -> tuple[int | None, float | None]:
+    """``(k, pass@k)``: the most samples drawn for one question and the share of questions with some sample
+    right (EM 1); ``(None, None)`` when each question was played once (pass@1 is the EM column)."""
+    by_question: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        by_question[r["id"]].append(float(r["em"]))
+    k = max((len(ems) for ems in by_question.values()), default=0)
+    if k < 2:
+        return None, None
+    return k, sum(max(ems) == 1.0 for ems in by_question.values()) / len(by_question)
+
+
 def summarize(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (policy, method, retriever, dataset), in first-seen order."""
+    """One row per (policy, method, retriever, dataset), in first-seen order; every metric is a mean over
+    episodes (over every sample, when several were drawn per question), pass@k over questions."""
     groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = defaultdict(list)
     for r in records:
         groups[(r["policy"], r["method"], r["retriever"], r["dataset"])].append(r)
     rows = []
     for (policy, method, retriever, dataset), cell in groups.items():
         rs = [r for r in cell if not search_failed(r)]
+        samples, pass_at_k = _pass_at_k(rs)
         rows.append(
             {
                 "policy": policy,
@@ -115,6 +133,8 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "think_repetition": _mean(r.get("think_repetition") for r in rs),
                 "duplicate_searches": _mean(r.get("duplicate_search_rate") for r in rs),
                 "judge": _mean(r.get("judge") for r in rs),
+                "samples": samples,
+                "pass_at_k": pass_at_k,
             }
         )
     return rows
@@ -199,13 +219,11 @@ def markdown_report(rows: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()
     matrix = engine_matrix(rows)
     if matrix:
         out += ["## Train engine x test engine: mean EM (study Table 5 layout)", "", *matrix, ""]
-    header = ["policy", "method", "retriever", "dataset", *(h for k, h, _ in METRICS if k != "judge")]
-    with_judge = any(r["judge"] is not None for r in rows)
-    if with_judge:
-        header.append("ACC_L")
+    shown = [(k, h, d) for k, h, d in METRICS if k not in _OPTIONAL or any(r[k] is not None for r in rows)]
+    header = ["policy", "method", "retriever", "dataset", *(h for _, h, _ in shown)]
     out += ["## All metrics", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
-        values = [format_value(r[k], d) for k, _, d in METRICS if k != "judge" or with_judge]
+        values = [format_value(r[k], d) for k, _, d in shown]
         out.append("| " + " | ".join([r["policy"], r["method"], r["retriever"], r["dataset"], *values]) + " |")
     return "\n".join(out) + "\n"
 

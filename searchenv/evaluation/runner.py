@@ -7,8 +7,12 @@ comes from the environment's :class:`~searchenv.episode.episode.Episode` (its pr
 passages and ``reward_parts``), never from re-reading the text.
 
 Finished episodes are appended to ``transcripts.jsonl`` (one JSON object per line, flushed per batch) keyed by
-``(policy, method, retriever, dataset, id)``. A rerun of the same command skips keys already there, so an
+``(policy, method, retriever, dataset, id, sample)``. A rerun of the same command skips keys already there, so an
 interrupted evaluation loses at most the batch in flight.
+
+``sample`` numbers the episodes played for one question when several are drawn (``searchenv eval --samples K``, for
+pass@k at a temperature above 0): sample 0 is played with the run's seed, sample ``s`` with :func:`sample_seed`.
+Records written before samples existed are sample 0.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from searchenv.protocol import get_protocol
 from searchenv.reward_specs.metrics import answer_in_passages, answer_scores
 from searchenv.types import QAExample, Retriever
 
-__all__ = ["Cell", "TranscriptStore", "episode_record", "exclusive_output", "record_key", "run_cell"]
+__all__ = ["Cell", "TranscriptStore", "episode_record", "exclusive_output", "record_key", "run_cell", "sample_seed"]
 
 
 @dataclass
@@ -39,7 +43,8 @@ class Cell:
 
     ``settings`` are the episode and decoding settings (protocol, chat_template, max_turns, budget, topk,
     max_information_words, reward, temperature, top_p, token caps); they are stored with every record so that a
-    rerun with different settings cannot silently mix results.
+    rerun with different settings cannot silently mix results. ``sample`` is which draw of each question this cell
+    plays (0 unless several are drawn); it is not a setting, so drawing more samples later keeps the earlier ones.
     """
 
     policy: str
@@ -50,14 +55,29 @@ class Cell:
     settings: dict[str, Any]
     train_retriever: str | None = None
     mismatches: list[str] = field(default_factory=list)
+    sample: int = 0
 
 
-def record_key(policy: str, method: str, retriever: str, dataset: str, example_id: str) -> tuple[str, ...]:
-    return (policy, method, retriever, dataset, example_id)
+def record_key(
+    policy: str, method: str, retriever: str, dataset: str, example_id: str, sample: int = 0
+) -> tuple[str, ...]:
+    return (policy, method, retriever, dataset, example_id, str(sample))
 
 
 def _key_of(record: Mapping[str, Any]) -> tuple[str, ...]:
-    return record_key(record["policy"], record["method"], record["retriever"], record["dataset"], record["id"])
+    parts = (record["policy"], record["method"], record["retriever"], record["dataset"], record["id"])
+    return record_key(*parts, int(record.get("sample", 0)))
+
+
+def sample_seed(seed: int, sample: int) -> int:
+    """The sampling seed of draw ``sample`` of a run seeded ``seed``: ``seed`` itself for draw 0 (so a run of one
+    sample plays as it always did), else a seed mixed from both, so no two draws of a run, nor of runs with nearby
+    seeds, share a random stream."""
+    if sample == 0:
+        return seed
+    import numpy as np
+
+    return int(np.random.SeedSequence((seed, sample)).generate_state(1, dtype=np.uint32)[0])
 
 
 class TranscriptStore:
@@ -169,6 +189,7 @@ def episode_record(cell: Cell, record_id: str, env: Any, prompt: str, response_t
         "retriever": cell.retriever,
         "dataset": cell.dataset,
         "id": record_id,
+        "sample": cell.sample,
         "train_retriever": cell.train_retriever,
         "question": episode.example.question,
         "golden_answers": golds,
@@ -286,14 +307,24 @@ def run_cell(
     judge: Callable[[list[dict[str, Any]]], None] | None = None,
     progress: EvalProgress | None = None,
 ) -> int:
-    """Play the cell's unfinished episodes, appending each finished batch to ``store``; returns how many ran."""
+    """Play the cell's unfinished episodes, appending each finished batch to ``store``; returns how many ran.
+
+    Draw ``cell.sample`` > 0 is played by the policy reseeded with :func:`sample_seed` (``policy.with_seed``)."""
+    key = (cell.policy, cell.method, cell.retriever, cell.dataset)
     todo = [
         i
         for i, (record_id, _) in enumerate(cell.examples)
-        if not store.done(record_key(cell.policy, cell.method, cell.retriever, cell.dataset, record_id), cell.settings)
+        if not store.done(record_key(*key, record_id, cell.sample), cell.settings)
     ]
     if not todo:
         return 0
+    if cell.sample:
+        if not hasattr(policy, "with_seed"):
+            raise ValueError(
+                f"policy {cell.policy!r} cannot draw sample {cell.sample}: it has no with_seed(seed) to reseed it; "
+                "give it one, or play one sample"
+            )
+        policy = policy.with_seed(sample_seed(policy.seed, cell.sample))
     envs = _make_envs(cell, retriever, min(batch_size, len(todo)))
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]

@@ -37,7 +37,7 @@ from searchenv.evaluation.report import (
     summarize,
     write_csv,
 )
-from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, run_cell
+from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, record_key, run_cell
 from searchenv.imports import moved
 from searchenv.llm.sampling import SamplingSettings
 from searchenv.retrievers import route_options
@@ -88,11 +88,12 @@ def _csv(text: str) -> list[str]:
 # -- validation and loading (nothing heavy) ----------------------------------------------------------------------
 def _methods(args: argparse.Namespace) -> list[str]:
     baselines = _csv(args.baselines)
+    choices = ",".join(m for m in METHODS if m != "agent")
     if any(b not in METHODS or b == "agent" for b in baselines):
-        raise ValueError(f"--baselines takes a comma list of direct,rag (got {args.baselines!r})")
+        raise ValueError(f"--baselines takes a comma list of {choices} (got {args.baselines!r})")
     methods = list(dict.fromkeys(([] if args.no_agent else ["agent"]) + baselines))
     if not methods:
-        raise ValueError("--no-agent needs --baselines direct,rag (nothing to evaluate)")
+        raise ValueError(f"--no-agent needs --baselines, a comma list of {choices} (nothing to evaluate)")
     return methods
 
 
@@ -255,6 +256,7 @@ def run_eval(args: argparse.Namespace) -> int:
     defaults, limit = _device_defaults(args)
     datasets = _datasets(args, limit)
     sampling = _sampling(args, defaults)  # validates temperature / lengths
+    _check_samples(args.samples, sampling.temperature)
     if args.policy == "endpoint":
         for model in models:
             _endpoint(args, model, sampling, False).check()
@@ -267,7 +269,8 @@ def run_eval(args: argparse.Namespace) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
-        total = len(models) * len(retriever_names) * len(methods) * sum(len(v) for v in datasets.values())
+        questions = sum(len(v) for v in datasets.values())
+        total = len(models) * len(retriever_names) * len(methods) * questions * args.samples
         progress = EvalProgress(total)
         previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` and job schedulers stop as cleanly as Ctrl-C
         try:
@@ -287,6 +290,17 @@ def run_eval(args: argparse.Namespace) -> int:
         progress.close()
         _write_report(store, output, args.no_plot)
         return _failure_status(store, args.max_failed_share)
+
+
+def _check_samples(samples: int, temperature: float) -> None:
+    """``--samples``: at least 1; more than one only when decoding samples (greedy would play K identical copies)."""
+    if samples < 1:
+        raise ValueError(f"--samples must be at least 1, got {samples}")
+    if samples > 1 and temperature == 0:
+        raise ValueError(
+            f"--samples {samples} draws several episodes per question, but --temperature 0 is greedy and would play "
+            f"{samples} identical ones; pass --temperature 1 (pass@k at T = 1), or --samples 1"
+        )
 
 
 def _failure_status(store: TranscriptStore, max_share: float) -> int:
@@ -318,7 +332,7 @@ def _run_model(
     judge: Any,
     progress: EvalProgress,
 ) -> None:
-    """Every (retriever, dataset, method) cell of one model; the model loads only if some episode is left."""
+    """Every (retriever, dataset, method, sample) cell of one model; the model loads only if some episode is left."""
     settings, mismatches, trained_on = _settings(args, model, defaults)
     for m in mismatches:
         print(f"warning: {model.label}: {m} (asked for; the checkpoint's own setting differs)", file=sys.stderr)
@@ -326,14 +340,15 @@ def _run_model(
     for retriever, engine in retrievers.items():
         for label, examples in datasets.items():
             for method in methods:
-                key = (model.label, method, retriever, label)
-                pending = [e for e in examples if not store.done((*key, e[0]), settings)]
-                progress.episodes_done(len(examples) - len(pending))
-                if not pending:
-                    continue
-                policy = policy or _policy(args, model, settings, progress)
-                cell = Cell(model.label, method, retriever, label, examples, settings, trained_on, mismatches)
-                run_cell(cell, policy, engine, store, batch_size=args.batch_size, judge=judge, progress=progress)
+                for sample in range(args.samples):
+                    key = (model.label, method, retriever, label)
+                    pending = [e for e in examples if not store.done(record_key(*key, e[0], sample), settings)]
+                    progress.episodes_done(len(examples) - len(pending))
+                    if not pending:
+                        continue
+                    policy = policy or _policy(args, model, settings, progress)
+                    cell = Cell(*key, examples, settings, trained_on, mismatches, sample)
+                    run_cell(cell, policy, engine, store, batch_size=args.batch_size, judge=judge, progress=progress)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
