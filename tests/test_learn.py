@@ -145,9 +145,11 @@ def test_the_learning_run_is_one_command_of_named_stages(tmp_path, capsys):
     assert main(["learn", "--dry-run", "--output", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     stages = [line[2:] for line in out.splitlines() if line.startswith("# ")]
-    assert stages == ["sft", "rl", "rl", "world2", "eval", "eval"]
-    assert "--retriever random" in out and "--no-demonstration" in out and "--split test" not in out
-    assert out.count("train-ppo --model") == 2 and "--validation 64" in out
+    assert stages == ["sft", "worlds", "worlds", "rl", "rl", "rl", *["eval"] * 3, *["pass4"] * 3, "evidence"]
+    assert "--retriever random" not in out and "--no-demonstration" in out and "--split test" not in out
+    assert out.count("train-ppo --model") == 3 and out.count("--placebo") == 1 and "--validation 64" in out
+    assert out.count("--keep-best") == 3 and "placebo=" in out and "rag,rag_trained" in out
+    assert out.count("--samples 4") == 3 and "--device cpu" in out
 
 
 def test_the_learning_run_refuses_a_file_as_its_folder_and_no_threads(tmp_path, capsys):
@@ -172,10 +174,60 @@ def test_the_learning_run_goes_end_to_end_and_resumes(tmp_path, capsys):
     assert main(["learn", "--tiny", "--output", str(output)]) == 0
     rows = read_rows(output / "per_question.csv")
     assert {(r["policy"], r["mode"]) for r in rows} == {
-        (p, m) for p in ("base", "sft", "rl", "rl_random") for m in ("agent", "rag")
+        (p, m) for p in ("base", "sft", "rl", "placebo") for m in ("agent", "rag", "rag_trained")
     }
-    assert {r["id"].split("/")[0] for r in rows} == {"world", "world-seed1"} and set(rows[0]) == set(COLUMNS)
+    assert {r["id"].split("/")[0] for r in rows} == {"world", "world-seed1", "world-seed2"}
+    assert set(rows[0]) == set(COLUMNS)
+    seed1 = read_rows(output / "per_question_rl_seed1.csv")
+    assert {(r["policy"], r["mode"]) for r in seed1} == {("rl_seed1", "agent")}
     assert (output / "summary.md").exists() and (output / "training.png").exists() and (output / "hops.png").exists()
+    assert "pass@4" in (output / "summary.md").read_text()
     capsys.readouterr()
     assert main(["learn", "--tiny", "--output", str(output)]) == 0
-    assert capsys.readouterr().out.count("already done") == 4
+    assert capsys.readouterr().out.count("already done") == 5
+
+
+# -- the stages' runner: markers, the folder lock, a child's error --------------------------------------------
+def test_a_torn_or_stale_marker_reruns_its_stage(tmp_path):
+    import sys
+
+    from searchenv.adapters.learn.stages import Stage, folder_lock, is_done, run_stage
+
+    stage = Stage("make", ((sys.executable, "-c", "print('made')"),))
+    assert not is_done(tmp_path, stage)
+    with folder_lock(tmp_path) as fd:
+        run_stage(stage, tmp_path, fd)
+    assert is_done(tmp_path, stage) and "made" in (tmp_path / "logs" / "make-0.out").read_text()
+    marker = tmp_path / "stages" / "make.json"
+    marker.write_text(marker.read_text()[:20])  # torn: a kill mid-write (before, its mere presence skipped the stage)
+    assert not is_done(tmp_path, stage)
+    with folder_lock(tmp_path) as fd:
+        run_stage(stage, tmp_path, fd)
+    changed = Stage("make", ((sys.executable, "-c", "print('made otherwise')"),))
+    assert is_done(tmp_path, stage) and not is_done(tmp_path, changed)  # other commands: not the same stage
+
+
+def test_a_failed_stage_quotes_its_childs_last_error_and_a_second_run_is_refused(tmp_path):
+    import sys
+
+    from searchenv.adapters.learn.stages import Stage, StageFailed, folder_lock, is_done, run_stage
+
+    script = "import sys; print('step 1'); print('Traceback ...'); print('ValueError: the model folder is empty')"
+    stage = Stage("train", ((sys.executable, "-c", script + "; sys.exit(3)"),))
+    with folder_lock(tmp_path) as fd:
+        with pytest.raises(StageFailed, match=r"exit 3\): ValueError: the model folder is empty"):
+            run_stage(stage, tmp_path, fd)
+        with pytest.raises(StageFailed, match="still working in"):
+            with folder_lock(tmp_path):
+                pass
+    assert not is_done(tmp_path, stage)
+
+
+def test_stale_half_saved_checkpoints_are_removed_and_complete_ones_kept(tmp_path):
+    from searchenv.rollout import remove_partial_checkpoints
+
+    (tmp_path / "sft" / "final.partial-4242").mkdir(parents=True)
+    (tmp_path / "sft" / "final.partial-4242" / "model.safetensors").write_bytes(b"x" * 1000)
+    (tmp_path / "rl" / "best").mkdir(parents=True)
+    removed = remove_partial_checkpoints(tmp_path)
+    assert [p.name for p in removed] == ["final.partial-4242"] and (tmp_path / "rl" / "best").exists()
