@@ -394,13 +394,14 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
 
     from searchenv.adapters.ppo.trainer import PPOConfig, Trainer
     from searchenv.rollout import load_policy, make_envs
+    from searchenv.rollout.models import place_policy
 
     if args.plot and not args.log:
         raise SystemExit("--plot needs --log (the curves are drawn from the log file)")
     plan = [(name, stage, env_kwargs(stage)) for name, stage in stages(args)]  # every option checked first
     torch.set_num_threads(args.threads)
     model, tokenizer = load_policy(args.model)  # float32 master weights; --bf16 adds autocast
-    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    place_policy(model, args.device)
     history: list[dict[str, float]] = []
     for name, stage, env_settings in plan:
         values = {f.name: getattr(stage, f.name) for f in fields(PPOConfig) if f.name != "chat_template"}

@@ -394,7 +394,11 @@ class Trainer:
                     bar.update()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.trained, cfg.max_grad_norm)
                 sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm)
-                self.optimizer.step()
+                if torch.isfinite(grad_norm):
+                    self.optimizer.step()
+                else:  # a non-finite gradient would turn every weight to NaN: skip, and count it in the log
+                    sums["skipped_updates"] = sums.get("skipped_updates", 0.0) + 1.0
+                    self.optimizer.zero_grad(set_to_none=True)
                 if self.critic is not None:
                     torch.nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
                     self.critic_optimizer.step()

@@ -134,10 +134,11 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     import torch
 
     from searchenv.rollout import load_policy
+    from searchenv.rollout.models import place_policy
 
     torch.set_num_threads(args.threads)
     model, tokenizer = load_policy(args.model)
-    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    place_policy(model, args.device)
     settings = run_settings(args, "sft", asdict(config))
     trainer = SFTTrainer(
         model,

@@ -125,6 +125,7 @@ class SFTTrainer:
         self.output_dir = Path(output_dir) if output_dir else None
         self.run_settings = dict(run_settings or {})
         self.global_step = 0
+        self.skipped_steps = 0
         self._order: list[int] = []
 
     def _next_batch(self) -> list[TokenizedEpisode]:
@@ -157,7 +158,11 @@ class SFTTrainer:
             loss.backward()
             loss_sum += loss.item()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, cfg.max_grad_norm)
-        self.optimizer.step()
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        else:  # a non-finite gradient would turn every weight to NaN: skip the step, and say so in the log
+            self.skipped_steps += 1
+            self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1
         seconds = time.perf_counter() - started
         return {
@@ -166,6 +171,7 @@ class SFTTrainer:
             "sft/model_tokens": float(tokens),
             "sft/lr": lr,
             "sft/grad_norm": float(grad_norm),
+            "sft/skipped_steps": float(self.skipped_steps),
             "sft/step_seconds": seconds,
             "sft/tokens_per_s": float(batch.attention_mask.sum()) / max(seconds, 1e-9),
         }

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MODEL_ALIASES", "gguf_tokenizer", "load_policy", "train_top_layers"]
+__all__ = ["MODEL_ALIASES", "gguf_tokenizer", "load_policy", "place_policy", "train_top_layers"]
 
 #: Short names for models that ship inside pip packages (the HF hub is not reachable everywhere).
 MODEL_ALIASES = ("smollm2-135m",)
@@ -77,6 +77,22 @@ def load_policy(name_or_path: str, cache_dir: str | os.PathLike[str] | None = No
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+def place_policy(model: Any, device: str | None) -> str:
+    """Move ``model`` to ``device`` (default: CUDA when available) and return the device's name.
+
+    On CUDA the attention runs eagerly: a left-padded batch has padding rows whose every key is masked, and the
+    fused scaled-dot-product kernels return NaN gradients for such rows (an H200 run of the warm start turned every
+    weight to NaN at step 20); eager attention's finite mask value keeps them finite, and at 135M parameters costs
+    little on a GPU. CPUs keep the default attention path, which does not show the problem."""
+    import torch
+
+    name = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(name)
+    if name.startswith("cuda"):
+        model.config._attn_implementation = "eager"
+    return name
 
 
 def train_top_layers(model: Any, count: int) -> None:

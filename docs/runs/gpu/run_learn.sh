@@ -37,9 +37,11 @@ timeout "${LEARN_SECONDS:-500}" python3 -m searchenv.cli learn --device cuda --t
 learn=$!
 # Two levers tried beside the recipe, from the same warm start and for the same time: GRPO with the same pool and
 # refilled rounds, and expert iteration drawing questions uniformly with no refill. Evaluated as agents only.
-until [ -f /tmp/learns/stages/worlds.json ] || ! kill -0 $learn 2>/dev/null; do sleep 2; done
-python3 "$repo"/docs/runs/gpu/levers.py train /tmp/learns "${RL_MINUTES:-3}" > /tmp/learns/logs/levers-train.out 2>&1
-python3 "$repo"/docs/runs/gpu/levers.py eval /tmp/learns > /tmp/learns/logs/levers-eval.out 2>&1 &
+if [ "${LEVERS:-1}" = 1 ]; then
+  until [ -f /tmp/learns/stages/worlds.json ] || ! kill -0 $learn 2>/dev/null; do sleep 2; done
+  python3 "$repo"/docs/runs/gpu/levers.py train /tmp/learns "${RL_MINUTES:-3}" > /tmp/learns/logs/levers-train.out 2>&1
+  python3 "$repo"/docs/runs/gpu/levers.py eval /tmp/learns > /tmp/learns/logs/levers-eval.out 2>&1 &
+fi
 wait $learn
 status=$?
 wait
