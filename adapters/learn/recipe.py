@@ -31,7 +31,7 @@ RL_RECIPE: dict[str, Any] = {
     "replay_max_hops": SFT_RECIPE["max_hops"],
     "mini_batch_size": 64,  # every kept episode in one optimizer step
     "micro_batch_size": 8,
-    "lr": 5e-5,
+    "lr": 1e-4,
     "kl_coef": 0.0,
     "entropy_coef": 0.0,
     "temperature": 1.0,

