@@ -186,8 +186,9 @@ def test_train_ppo_help_says_what_each_algorithm_option_does(capsys):
 
     from searchenv.adapters.ppo.train import ALGORITHM_HELP
     from searchenv.adapters.ppo.trainer import PPOConfig
+    from searchenv.cli.options import SAMPLING_FLAGS
 
-    assert set(ALGORITHM_HELP) == {f.name for f in fields(PPOConfig)} - {"chat_template"}
+    assert set(ALGORITHM_HELP) == {f.name for f in fields(PPOConfig)} - set(SAMPLING_FLAGS)
     with pytest.raises(SystemExit):
         main(["train-ppo", "--help"])
     text = " ".join(capsys.readouterr().out.split())

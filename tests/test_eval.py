@@ -17,7 +17,7 @@ from searchenv.evaluation.checkpoint import RUN_FILE, read_run_settings, replay_
 from searchenv.evaluation.evalset import build_eval_set, write_eval_set
 from searchenv.evaluation.policies import Context, EndpointPolicy, LocalPolicy, PolicyError
 from searchenv.evaluation.runner import TranscriptStore, exclusive_output
-from searchenv.llm.sampling import SamplingSettings
+from searchenv.sampling import SamplingConfig
 
 TINY = ["--datasets", "world", "--limit", "2", "--max-new-tokens", "8", "--max-turns", "2", "--batch-size", "2"]
 TINY += ["--protocol", "search-r1-fewshot", "--chat-template", "off", "--no-plot"]
@@ -32,7 +32,7 @@ def local_policy(smollm2_dir):
     from searchenv.rollout import load_policy
 
     model, tokenizer = load_policy(str(smollm2_dir))
-    return LocalPolicy(model, tokenizer, SamplingSettings(max_new_tokens=12), chat_template=False, name="smollm2")
+    return LocalPolicy(model, tokenizer, SamplingConfig.greedy(max_new_tokens=12), chat_template=False, name="smollm2")
 
 
 def test_local_policy_stops_at_a_stop_string(local_policy):
@@ -350,12 +350,14 @@ def test_mixed_eval_set_uses_dev_where_there_is_no_test(shared_data, tmp_path):
 
 @pytest.mark.slow
 def test_endpoint_policy_against_transformers_serve(transformers_server, smollm2_dir, tmp_path):
-    policy = EndpointPolicy(transformers_server, str(smollm2_dir), SamplingSettings(max_new_tokens=12), concurrency=2)
+    policy = EndpointPolicy(
+        transformers_server, str(smollm2_dir), SamplingConfig.greedy(max_new_tokens=12), concurrency=2
+    )
     example = "Question: Who founded Orvane Abbey?\n<answer> Tesk Mallor </answer>\n\nQuestion: Capital of France?\n"
     out = policy.generate([Context(example, "<answer>"), Context(example, "<answer>")], ["</answer>"])
     assert out[0] == out[1] and out[0].text.rstrip().endswith("</answer>") and out[0].num_tokens > 0
     with pytest.raises(PolicyError, match="rejected the request"):  # a 4xx is not retried
-        EndpointPolicy(transformers_server, "no-such-model", SamplingSettings(max_new_tokens=2)).check()
+        EndpointPolicy(transformers_server, "no-such-model", SamplingConfig.greedy(max_new_tokens=2)).check()
 
     out_dir = tmp_path / "run"
     args = ["eval", "--policy", "endpoint", "--endpoint", transformers_server, "--model", f"served={smollm2_dir}"]

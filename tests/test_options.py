@@ -129,3 +129,78 @@ def test_rows_reach_the_environment_through_reset_and_share_its_engines():
     assert first.retriever is second.retriever and first.reward_spec is second.reward_spec
     with pytest.raises(ValueError, match="come from each training row"):
         episode_env(first.episode.example, {"dataset": "nq"})
+
+
+SAMPLING_SPELLINGS = ("--temperature", "--top-p", "--max-new-tokens", "--max-total-tokens", "--chat-template")
+
+
+def test_the_sampling_options_are_declared_by_one_function():
+    """Before, train-sft and train-trl declared --max-new-tokens themselves (type int: 0 and -5 trained) and
+    train-ppo declared it from PPOConfig's fields, while demo and eval refused such values."""
+    declared = []
+    for path in _python_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                spelt = [a.value for a in node.args if isinstance(a, ast.Constant)]
+                declared += [f"{_relative(path)}: {flag}" for flag in spelt if flag in SAMPLING_SPELLINGS]
+    assert declared == []  # add_sampling_arguments spells them from SAMPLING_FLAGS: no literal anywhere
+
+
+def _sampling_actions() -> dict[str, dict[str, argparse.Action]]:
+    commands = next(a for a in build_parser(COMMANDS)._actions if isinstance(a, argparse._SubParsersAction))
+    return {
+        name: {
+            flag: action for action in parser._actions for flag in action.option_strings if flag in SAMPLING_SPELLINGS
+        }
+        for name, parser in commands.choices.items()
+    }
+
+
+def test_every_command_that_samples_has_the_sampling_flags():
+    actions = _sampling_actions()
+    assert set(actions["demo"]) == set(actions["eval"]) == set(actions["train-ppo"]) == set(SAMPLING_SPELLINGS)
+    assert set(actions["train-trl"]) == set(SAMPLING_SPELLINGS) - {"--max-total-tokens"}  # its cap: completion length
+    assert set(actions["train-sft"]) == {"--max-new-tokens", "--chat-template"}  # recorded for eval, not sampled
+    assert actions["play"] == {}  # a person types the actions
+
+
+@pytest.mark.parametrize("command", ["demo", "eval", "train-ppo", "train-sft", "train-trl"])
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_every_command_refuses_a_token_cap_below_one_in_one_line(command, value, capsys):
+    """Before, `train-sft --max-new-tokens -5` and `train-trl --max-new-tokens 0` trained."""
+    from searchenv.cli.main import main
+
+    with pytest.raises(SystemExit) as excinfo:
+        main([command, "--max-new-tokens", value])
+    assert excinfo.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert errors == [
+        f"searchenv {command}: error: argument --max-new-tokens: max_new_tokens must be a positive integer, got {value}"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--temperature", "-0.5"], "temperature must be in [0, inf), got -0.5; 0 is greedy"),
+        (["--top-p", "1.5"], "top_p must be in (0, 1] (1 = off), got 1.5"),
+        (["--top-p", "nan"], "top_p must be in (0, 1] (1 = off), got nan"),
+        (["--max-total-tokens", "1"], "max_total_tokens must be an integer >= 2"),
+        (["--max-new-tokens", "2.5"], "expected an integer, got '2.5'"),
+    ],
+)
+def test_the_sampling_flags_refuse_what_the_settings_type_refuses(argv, message, capsys):
+    from searchenv.cli.options import add_sampling_arguments
+
+    parser = argparse.ArgumentParser(prog="probe")
+    add_sampling_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(argv)
+    assert f"probe: error: argument {argv[0]}: {message}" in capsys.readouterr().err
+
+
+def test_a_command_declares_only_sampling_flags_that_exist():
+    from searchenv.cli.options import add_sampling_arguments
+
+    with pytest.raises(ValueError, match="no sampling flag 'max_tokens' \\(did you mean 'max_new_tokens'"):
+        add_sampling_arguments(argparse.ArgumentParser(), flags=("max_tokens",))

@@ -118,6 +118,7 @@ class PPOConfig:
                 f"steps, prompts_per_step and group_size must be at least 1, got steps={self.steps}, "
                 f"prompts_per_step={self.prompts_per_step}, group_size={self.group_size} (nothing would be trained)"
             )
+        self.sampling  # building it checks the sampling settings: SamplingConfig holds the one validation
 
     @property
     def episodes_per_step(self) -> int:

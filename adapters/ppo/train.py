@@ -26,6 +26,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from searchenv.cli.options import SAMPLING_FLAGS, add_sampling_arguments, chat_template
 from searchenv.cli.parsers import CommandParser
 from searchenv.env.defaults import env_default
 
@@ -111,7 +112,8 @@ PAPER_ENV: dict[str, Any] = {
 
 def add_env_arguments(parser: argparse.ArgumentParser) -> None:
     """The environment options every searchenv command shares (:func:`searchenv.cli.arguments.add_env_arguments`)
-    plus the two prompt options of the trainers, ``--demonstration`` and ``--chat-template``."""
+    plus the trainers' prompt option ``--demonstration`` (``--chat-template`` is a sampling flag:
+    :func:`searchenv.cli.options.add_sampling_arguments`)."""
     from searchenv.cli.arguments import add_env_arguments as add_shared
 
     add_shared(parser, reward="format")
@@ -122,12 +124,6 @@ def add_env_arguments(parser: argparse.ArgumentParser) -> None:
         default=False,
         help="prepend one worked example to the prompt (protocol search-r1-fewshot; helps very small models)",
     )
-    prompt.add_argument(
-        "--chat-template",
-        default="auto",
-        choices=["auto", "on", "off"],
-        help="wrap the prompt in the tokenizer's chat template ('off': plain text continuation)",
-    )
 
 
 def _protocol(args: argparse.Namespace) -> str:
@@ -137,11 +133,6 @@ def _protocol(args: argparse.Namespace) -> str:
     if args.protocol not in ("search-r1", "search-r1-fewshot"):
         raise ValueError(f"--demonstration is written for the search-r1 tags, not {args.protocol!r}")
     return "search-r1-fewshot"
-
-
-def chat_template_flag(value: str) -> bool | None:
-    """``--chat-template`` as :func:`searchenv.tokenization.encode_prompt` takes it."""
-    return {"auto": None, "on": True, "off": False}[value]
 
 
 def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -157,7 +148,7 @@ def run_settings(args: argparse.Namespace, algorithm: str, config: Mapping[str, 
     env = env_kwargs(args)
     return {
         "model": args.model,
-        "chat_template": chat_template_flag(args.chat_template),
+        "chat_template": chat_template(args.chat_template),
         "max_new_tokens": args.max_new_tokens,  # the per-turn budget, replayed by `searchenv eval`
         **env,
         "algorithm": algorithm,
@@ -185,8 +176,9 @@ def apply_recipe(parser: argparse.ArgumentParser, argv: Sequence[str] | None, pa
     parser.set_defaults(**{k: v for k, v in defaults.items() if k in options})
 
 
-#: One help line per :class:`~searchenv.adapters.ppo.trainer.PPOConfig` field (``--help`` appends the default,
-#: which the recipe or ``--paper`` may change). A field added to PPOConfig without a line here fails the CLI tests.
+#: One help line per :class:`~searchenv.adapters.ppo.trainer.PPOConfig` field but the sampling settings, whose
+#: flags are :func:`searchenv.cli.options.add_sampling_arguments`'s (``--help`` appends the default, which the recipe
+#: or ``--paper`` may change). A field added to PPOConfig without a line here fails the CLI tests.
 ALGORITHM_HELP: dict[str, str] = {
     "algorithm": "ppo (with a critic), grpo (group-relative advantages), reinforce++, or expert-iteration (fine-tune "
     "on each group's best episodes where a group's rewards differ: RAFT / ReST-EM)",
@@ -205,10 +197,6 @@ ALGORITHM_HELP: dict[str, str] = {
     "gamma": "per-token discount of the returns (ppo and reinforce++; 1 = none)",
     "lam": "GAE λ of ppo's advantages (1 = Monte-Carlo returns minus the critic's values)",
     "max_grad_norm": "gradients are clipped to this global norm",
-    "temperature": "sampling temperature of the rollouts",
-    "top_p": "nucleus sampling threshold of the rollouts (1 = off)",
-    "max_new_tokens": "tokens the model may write per turn",
-    "max_total_tokens": "prompt + response cap of one episode (it ends truncated there)",
     "curriculum_steps": "N > 0: sample questions of at most 1 + step // N hops (1-hop first); 0: all from the start",
     "min_hops": "sample only questions of at least this many hops (the generated world's metadata); 0: any",
     "drop_uniform_groups": "grpo: leave out of the update every group whose rewards are all equal (zero advantage)",
@@ -241,6 +229,15 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     from searchenv.adapters.ppo.config import ALGORITHMS, PPOConfig
 
     add_env_arguments(parser)
+    defaults = PPOConfig()
+    add_sampling_arguments(
+        parser.add_argument_group("sampling (of the rollouts)"),
+        temperature=defaults.temperature,
+        top_p=defaults.top_p,
+        max_new_tokens=defaults.max_new_tokens,
+        max_total_tokens=defaults.max_total_tokens,
+        notes={"max_total_tokens": "of one episode: it ends truncated there"},
+    )
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="smollm2-135m", help="local checkpoint dir or alias ('smollm2-135m')")
     model.add_argument(
@@ -269,12 +266,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     algo = parser.add_argument_group("algorithm (defaults: the CPU recipe; --paper: PPOConfig.paper())")
-    defaults = PPOConfig()
     for f in fields(PPOConfig):
         flag = "--" + f.name.replace("_", "-")
         value = getattr(defaults, f.name)
-        if f.name == "chat_template":
-            continue  # an environment/prompt option (add_env_arguments)
+        if f.name in SAMPLING_FLAGS:
+            continue  # declared above, by the sampling group
         text = ALGORITHM_HELP.get(f.name)
         if f.name == "algorithm":
             algo.add_argument(flag, default=value, choices=list(ALGORITHMS), help=text)
@@ -406,7 +402,7 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     for name, stage, env_settings in plan:
         values = {f.name: getattr(stage, f.name) for f in fields(PPOConfig) if f.name != "chat_template"}
         values["seed"] += len(history)  # a later stage draws other questions than the first
-        config = PPOConfig(**values, chat_template=chat_template_flag(stage.chat_template))
+        config = PPOConfig(**values, chat_template=chat_template(stage.chat_template))
         output_dir = Path(args.output_dir, name) if args.output_dir else None
         trainer = Trainer(
             model,

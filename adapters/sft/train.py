@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from searchenv.adapters.sft.recipe import LEARN_ENV, SFT_RECIPE
+from searchenv.cli.options import add_sampling_arguments, chat_template
 from searchenv.cli.parsers import CommandParser
 
 __all__ = ["LEARN_ENV", "SFT_RECIPE", "add_parser", "build_parser", "main", "run"]
@@ -45,7 +46,6 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     from searchenv.adapters.sft.trainer import SFTConfig
 
     add_env_arguments(parser)
-    parser.set_defaults(**LEARN_ENV)
     sources = parser.add_argument_group("demonstrations")
     sources.add_argument(
         "--world",
@@ -73,11 +73,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--output-dir", default="runs/train-sft", help="the checkpoint goes to DIR/final")
     model.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     model.add_argument("--device", default=None, help="'cpu', 'cuda', ... (default: cuda when available)")
-    model.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=80,
-        help="tokens per turn the policy will write (recorded for searchenv eval and the RL stage to replay)",
+    add_sampling_arguments(
+        parser.add_argument_group("sampling (recorded in the checkpoint for searchenv eval and the RL stage)"),
+        flags=("max_new_tokens", "chat_template"),
+        max_new_tokens=80,
     )
 
     training = parser.add_argument_group("training")
@@ -91,7 +90,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         kind = int if f.name == "trainable_layers" else type(value)
         training.add_argument(flag, type=kind, default=value, help=_SFT_HELP[f.name])
-    parser.set_defaults(**SFT_RECIPE)
+    parser.set_defaults(**LEARN_ENV, **SFT_RECIPE)
     out = parser.add_argument_group("output")
     out.add_argument("--log", default=None, help="append per-step metrics (JSON lines) to this file")
 
@@ -113,7 +112,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> list[dict[str, float]]:
     """Gather the demonstrations (every option checked first), load the model, and train."""
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-    from searchenv.adapters.ppo.train import chat_template_flag, env_kwargs, run_settings
+    from searchenv.adapters.ppo.train import env_kwargs, run_settings
     from searchenv.adapters.sft.demonstrations import transcript_demonstrations, world_demonstrations
     from searchenv.adapters.sft.trainer import SFTConfig, SFTTrainer
     from searchenv.protocol import get_protocol
@@ -121,7 +120,7 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     env = env_kwargs(args)
     values = {f.name: getattr(args, f.name) for f in fields(SFTConfig) if f.name != "chat_template"}
     values["trainable_layers"] = values["trainable_layers"] or None
-    config = SFTConfig(**values, chat_template=chat_template_flag(args.chat_template))
+    config = SFTConfig(**values, chat_template=chat_template(args.chat_template))
     demonstrations = transcript_demonstrations(args.transcripts, min_reward=args.min_reward) if args.transcripts else []
     if args.world:
         world, counts = world_demonstrations(env, max_hops=args.max_hops, limit=args.limit, held_out=args.validation)

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from searchenv.adapters.ppo.train import add_env_arguments, apply_recipe, chat_template_flag, env_kwargs, run_settings
+from searchenv.adapters.ppo.train import add_env_arguments, apply_recipe, env_kwargs, run_settings
 from searchenv.cli.arguments import positive_int
+from searchenv.cli.options import add_sampling_arguments, chat_template
 from searchenv.cli.parsers import CommandParser
 
 _DESCRIPTION = __doc__.split("\n")[0]
@@ -70,6 +71,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="1-hop questions first (orders the dataset by hops, turns TRL's shuffling off)",
     )
 
+    add_sampling_arguments(
+        parser.add_argument_group("sampling (of the rollouts)"),
+        flags=("temperature", "top_p", "max_new_tokens", "chat_template"),
+        temperature=1.0,
+        max_new_tokens=500,
+        notes={"max_new_tokens": "the per-episode cap is --max-completion-length"},
+    )
     model = parser.add_argument_group("model and trainer (GRPOConfig)")
     model.add_argument("--model", default="smollm2-135m", help="local checkpoint dir or alias ('smollm2-135m')")
     model.add_argument("--output-dir", default="runs/train-trl", help="checkpoints (checkpoint-N, final)")
@@ -92,9 +100,6 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="optimizer micro-steps served by one round of rollouts (default: TRL's, = --gradient-accumulation-steps)",
     )
     model.add_argument("--max-completion-length", type=int, default=1024, help="response cap (model + env tokens)")
-    model.add_argument("--max-new-tokens", type=int, default=500, help="per-turn generation cap")
-    model.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the rollouts")
-    model.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (1 = off)")
     model.add_argument("--max-steps", type=positive_int, default=2, help="optimizer steps to train")
     model.add_argument("--logging-steps", type=int, default=1, help="log metrics every N steps")
     model.add_argument("--save-steps", type=int, default=0, help="0: save only at the end")
@@ -195,7 +200,7 @@ def run(args: argparse.Namespace) -> Any:
         env_settings,
         max_new_tokens=args.max_new_tokens,
         train_limit=args.train_limit,
-        chat_template=chat_template_flag(args.chat_template),
+        chat_template=chat_template(args.chat_template),
         curriculum=args.curriculum,
         run_settings=settings,
         callbacks=callbacks,

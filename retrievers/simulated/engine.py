@@ -24,10 +24,10 @@ from typing import Any
 from searchenv.answer_store import AnswerStore
 from searchenv.corpus import Corpus
 from searchenv.llm.prompter import Prompter, PromptFailure
-from searchenv.llm.sampling import SamplingSettings
 from searchenv.retrievers.degraded.schedule import FollowsTrainingStep, Schedule, parse_schedule, query_rng
 from searchenv.retrievers.simulated.options import check_simulated_options
 from searchenv.retrievers.simulated.prompts import document_prompt
+from searchenv.sampling import SamplingConfig
 from searchenv.types import Passage
 
 __all__ = ["SimulatedRetriever", "simulated_retriever"]
@@ -80,7 +80,7 @@ class SimulatedRetriever(FollowsTrainingStep):
         self.schedule: Schedule = parse_schedule(p_noisy, "simulated: p_noisy")
         self.seed = seed
         self.words = words
-        sampling = SamplingSettings(temperature=temperature, max_new_tokens=2 * words, seed=seed)
+        sampling = SamplingConfig(temperature=temperature, max_new_tokens=2 * words, seed=seed)
         self.prompter = Prompter(
             url,
             model,  # type: ignore[arg-type]  # checked above

@@ -16,10 +16,10 @@ import os
 
 from searchenv.answer_store import AnswerStore, NotRecorded
 from searchenv.llm.prompter import Prompter, PromptFailure
-from searchenv.llm.sampling import SamplingSettings
 from searchenv.retrievers.web.keys import scrub_key
 from searchenv.retrievers.web.pages import PageError
 from searchenv.retrievers.web.record import normal_url
+from searchenv.sampling import SamplingConfig
 from searchenv.types import Document
 
 __all__ = ["Summariser"]
@@ -70,7 +70,7 @@ class Summariser:
         self.timeout = float(timeout)
         self.record = record if record is not None else AnswerStore(None)
         # the one OpenAI-compatible client (the judge's and the simulated engine's); temperature 0, so notes repeat
-        sampling = SamplingSettings(temperature=0.0, max_new_tokens=2 * self.max_words)
+        sampling = SamplingConfig.greedy(max_new_tokens=2 * self.max_words)
         self.prompter = Prompter(self.url, self.model, sampling, timeout=self.timeout, api_key_env=api_key_env)
 
     def __repr__(self) -> str:

@@ -17,8 +17,8 @@ from typing import NamedTuple
 from searchenv.answer_store import AnswerStore
 from searchenv.llm.blocking import run_coroutine
 from searchenv.llm.prompter import Prompter, PromptFailure
-from searchenv.llm.sampling import SamplingSettings
 from searchenv.reward_specs.judging.prompt import ACC_L_PROMPT, check_prompt, judge_prompt, parse_verdict
+from searchenv.sampling import SamplingConfig
 
 __all__ = ["Case", "Judge", "Verdict"]
 
@@ -71,7 +71,7 @@ class Judge:
         store: AnswerStore | None = None,
     ):
         self.prompt = check_prompt(prompt)
-        sampling = SamplingSettings(temperature=0.0, max_new_tokens=4)
+        sampling = SamplingConfig.greedy(max_new_tokens=4)
         self.prompter = Prompter(
             url,
             model,

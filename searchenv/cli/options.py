@@ -12,15 +12,17 @@ several (``encoder`` reaches only the dense engines, ``k1`` only BM25). Nothing 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from searchenv.checks import did_you_mean
 from searchenv.cli.values import comma_list, key_value, merge_options, positive_int, word_cap
 from searchenv.env.defaults import env_defaults
+from searchenv.sampling import SamplingConfig
 
 __all__ = [
     "RETRIEVER_FLAGS",
+    "SAMPLING_FLAGS",
     "add_dataset_arguments",
     "add_environment_arguments",
     "add_retriever_arguments",
@@ -243,9 +245,39 @@ def retriever_options_by_engine(args: argparse.Namespace) -> dict[str, dict[str,
     return route_options(args.retrievers, [*flags.items(), *given.items()], label)
 
 
+#: The sampling flags, one per setting of :class:`searchenv.sampling.SamplingConfig` a command may take.
+SAMPLING_FLAGS: tuple[str, ...] = ("temperature", "top_p", "max_new_tokens", "max_total_tokens", "chat_template")
+_SAMPLING_HELP = {
+    "temperature": (float, "a number", "sampling temperature (0 = greedy)"),
+    "top_p": (float, "a number", "nucleus sampling mass (1 = off)"),
+    "max_new_tokens": (int, "an integer", "tokens per turn"),
+    "max_total_tokens": (int, "an integer", "prompt + response, in tokens"),
+}
+
+
+def _sampling_value(name: str) -> Callable[[str], Any]:
+    """The argparse type of a sampling flag: the value is checked by :class:`SamplingConfig` itself (the one
+    validation), so ``--max-new-tokens 0`` is refused by argparse as the type refuses ``max_new_tokens=0``."""
+    cast, what, _ = _SAMPLING_HELP[name]
+
+    def parse(text: str) -> Any:
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        try:
+            SamplingConfig(**{name: value})
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    return parse
+
+
 def add_sampling_arguments(
     parser: Parser,
     *,
+    flags: Sequence[str] = SAMPLING_FLAGS,
     temperature: float = 0.0,
     top_p: float = 1.0,
     max_new_tokens: int | None = 128,
@@ -253,31 +285,34 @@ def add_sampling_arguments(
     chat_template: str | None = "auto",
     notes: Mapping[str, str] | None = None,
 ) -> None:
-    """How a model samples its turns: ``--temperature``, ``--top-p``, ``--max-new-tokens``, ``--max-total-tokens``
-    and ``--chat-template``; ``notes`` adds a command's word to an option's help (what its default depends on).
-    Read ``--chat-template`` back with :func:`chat_template`."""
+    """How a model samples its turns, the one declaration of these flags: ``--temperature``, ``--top-p``,
+    ``--max-new-tokens``, ``--max-total-tokens`` and ``--chat-template``, or the ``flags`` a command takes (a
+    trainer that does not sample declares only the caps it records). Each value is checked by
+    :class:`~searchenv.sampling.SamplingConfig` as argparse reads it, so every command refuses the same values with
+    one error line. ``notes`` adds a command's word to an option's help (what its default depends on). Read
+    ``--chat-template`` back with :func:`chat_template`."""
+    unknown = sorted(set(flags) - set(SAMPLING_FLAGS))
+    if unknown:
+        raise ValueError(f"no sampling flag {unknown[0]!r}{did_you_mean(unknown[0], SAMPLING_FLAGS)}")
     note = dict(notes or {})
+    defaults = {
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_new_tokens": max_new_tokens,
+        "max_total_tokens": max_total_tokens,
+    }
 
     def helped(name: str, text: str) -> str:
         return f"{text} ({note[name]})" if name in note else text
 
-    parser.add_argument("--temperature", type=float, default=temperature, help=helped("temperature", "0 = greedy"))
-    parser.add_argument("--top-p", type=float, default=top_p, help=helped("top_p", "nucleus sampling (1 = off)"))
-    parser.add_argument(
-        "--max-new-tokens", type=positive_int, default=max_new_tokens, help=helped("max_new_tokens", "tokens per turn")
-    )
-    parser.add_argument(
-        "--max-total-tokens",
-        type=positive_int,
-        default=max_total_tokens,
-        help=helped("max_total_tokens", "prompt + response, in tokens"),
-    )
-    parser.add_argument(
-        "--chat-template",
-        choices=list(_CHAT_TEMPLATE),
-        default=chat_template,
-        help=helped("chat_template", "wrap the prompt in the tokenizer's chat template (auto: when it has one)"),
-    )
+    for name in flags:
+        flag = "--" + name.replace("_", "-")
+        if name == "chat_template":
+            text = "wrap the prompt in the tokenizer's chat template (auto: when it has one)"
+            parser.add_argument(flag, choices=list(_CHAT_TEMPLATE), default=chat_template, help=helped(name, text))
+        else:
+            kind = _sampling_value(name)
+            parser.add_argument(flag, type=kind, default=defaults[name], help=helped(name, _SAMPLING_HELP[name][2]))
 
 
 def chat_template(choice: str | None) -> bool | None:

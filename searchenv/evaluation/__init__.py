@@ -7,14 +7,12 @@ from searchenv.evaluation.checkpoint import RUN_FILE, read_run_settings
 from searchenv.evaluation.evalset import EVAL_DATASETS, build_eval_set, write_eval_set
 from searchenv.evaluation.policies import Context, EndpointPolicy, Generation, LocalPolicy, Policy
 from searchenv.imports import moved
-from searchenv.llm.sampling import SamplingSettings
 
 __all__ = [
     "EVAL_DATASETS",
     "RUN_FILE",
     "Context",
     "EndpointPolicy",
-    "SamplingSettings",
     "Generation",
     "LocalPolicy",
     "Policy",
@@ -23,5 +21,5 @@ __all__ = [
     "write_eval_set",
 ]
 
-#: ``EvalSampling`` is :class:`searchenv.llm.sampling.SamplingSettings` now (deprecated alias).
-__getattr__ = moved(__name__, {"EvalSampling": "searchenv.llm.sampling:SamplingSettings"})
+#: ``EvalSampling(...)`` is :meth:`searchenv.sampling.SamplingConfig.greedy` now (deprecated alias).
+__getattr__ = moved(__name__, {"EvalSampling": "searchenv.sampling:SamplingConfig.greedy"})

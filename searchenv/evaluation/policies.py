@@ -18,7 +18,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 from typing import Protocol as TypingProtocol
 
@@ -26,8 +26,8 @@ from searchenv.imports import moved
 from searchenv.llm.blocking import run_coroutine
 from searchenv.llm.client import MODES, EndpointClient, EndpointUnavailable
 from searchenv.llm.local import local_device, model_window
-from searchenv.llm.sampling import SamplingSettings
-from searchenv.rollout.sampling import GeneratedTurn, SamplingConfig, TurnGenerator
+from searchenv.rollout.turn_generator import GeneratedTurn, TurnGenerator
+from searchenv.sampling import SamplingConfig
 
 __all__ = [
     "Context",
@@ -118,7 +118,7 @@ class LocalPolicy:
         self,
         model: Any,
         tokenizer: Any,
-        sampling: SamplingSettings,
+        sampling: SamplingConfig,
         chat_template: bool | None,
         name: str,
         on_tokens: Callable[[int], None] | None = None,
@@ -129,13 +129,8 @@ class LocalPolicy:
         self.on_tokens = on_tokens
         self.tokenizer = tokenizer
         self.seed = sampling.seed
-        self.sampling = SamplingConfig(
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_new_tokens=sampling.max_new_tokens,
-            max_total_tokens=min(sampling.max_total_tokens, model_window(model)),
-            chat_template=chat_template,
-        )
+        window = min(sampling.max_total_tokens, model_window(model))
+        self.sampling = replace(sampling, max_total_tokens=window, chat_template=chat_template)
         self.generator = _Streaming(HFGenerator(model, tokenizer, self.sampling), self)
 
     def with_seed(self, seed: int) -> LocalPolicy:
@@ -146,7 +141,7 @@ class LocalPolicy:
     def load(
         cls,
         model: str,
-        sampling: SamplingSettings,
+        sampling: SamplingConfig,
         chat_template: bool | None,
         name: str | None = None,
         device: str = "",
@@ -179,7 +174,7 @@ class VLLMPolicy:
     Never run in this project's tests: no GPU with vLLM was available.
     """
 
-    def __init__(self, model: str, sampling: SamplingSettings, chat_template: bool | None, name: str | None = None):
+    def __init__(self, model: str, sampling: SamplingConfig, chat_template: bool | None, name: str | None = None):
         try:
             import vllm
         except ImportError as exc:
@@ -188,10 +183,7 @@ class VLLMPolicy:
 
         self.name = name or model
         self.seed = sampling.seed
-        s = sampling
-        self.sampling = SamplingConfig(
-            s.temperature, s.top_p, s.max_new_tokens, s.max_total_tokens, chat_template=chat_template
-        )
+        self.sampling = replace(sampling, chat_template=chat_template)
         llm = vllm.LLM(model=model, seed=sampling.seed)
         self.tokenizer = llm.get_tokenizer()
         self.generator = VLLMEngineGenerator(llm, self.tokenizer, self.sampling)
@@ -232,7 +224,7 @@ class EndpointPolicy:
         self,
         url: str,
         model: str,
-        sampling: SamplingSettings,
+        sampling: SamplingConfig,
         *,
         mode: str = "completions",
         chat_template: bool | None = False,
@@ -339,5 +331,5 @@ class EndpointPolicy:
         )
 
 
-#: ``EvalSampling`` is :class:`searchenv.llm.sampling.SamplingSettings` now (deprecated alias).
-__getattr__ = moved(__name__, {"EvalSampling": "searchenv.llm.sampling:SamplingSettings"})
+#: ``EvalSampling(...)`` is :meth:`searchenv.sampling.SamplingConfig.greedy` now (deprecated alias).
+__getattr__ = moved(__name__, {"EvalSampling": "searchenv.sampling:SamplingConfig.greedy"})

@@ -39,8 +39,8 @@ from searchenv.evaluation.report import (
 )
 from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, record_key, run_cell
 from searchenv.imports import moved
-from searchenv.llm.sampling import SamplingSettings
 from searchenv.retrievers import route_options
+from searchenv.sampling import SamplingConfig
 from searchenv.types import QAExample
 
 __all__ = ["CPU_DEFAULTS", "DEFAULTS", "ModelSpec", "retriever_options", "run_eval"]
@@ -180,12 +180,12 @@ def _settings(
     return settings, [str(m) for m in mismatches], trained.get("retriever")
 
 
-def _sampling(args: argparse.Namespace, settings: dict[str, Any]) -> SamplingSettings:
+def _sampling(args: argparse.Namespace, settings: dict[str, Any]) -> SamplingConfig:
     """Decoding settings: the token budget of ``settings`` (a model's replayed ones, or the run's defaults) unless
     the command line gives one."""
     budget = {k: settings[k] if getattr(args, k) is None else getattr(args, k) for k in TOKEN_BUDGET}
     tokens = budget["max_new_tokens"], budget["max_total_tokens"]
-    return SamplingSettings(args.temperature, args.top_p, *tokens, args.seed)
+    return SamplingConfig(args.temperature, args.top_p, *tokens, seed=args.seed)
 
 
 def _policy(args: argparse.Namespace, model: ModelSpec, settings: dict[str, Any], progress: EvalProgress) -> Policy:
@@ -200,7 +200,7 @@ def _policy(args: argparse.Namespace, model: ModelSpec, settings: dict[str, Any]
 
 
 def _endpoint(
-    args: argparse.Namespace, model: ModelSpec, sampling: SamplingSettings, chat: bool | None
+    args: argparse.Namespace, model: ModelSpec, sampling: SamplingConfig, chat: bool | None
 ) -> EndpointPolicy:
     if not args.endpoint:
         raise ValueError("--policy endpoint needs --endpoint URL (an OpenAI-compatible server)")

@@ -2,9 +2,9 @@
 evaluation metric), the simulated search engine, the page summariser and ``searchenv eval``'s endpoint policy.
 
 It sits below rewards and retrievers (it imports neither), above :mod:`searchenv.http` (the one client setup and
-retry policy) and :mod:`searchenv.answer_store` (the record/replay store):
+retry policy), :mod:`searchenv.answer_store` (the record/replay store) and :mod:`searchenv.sampling` (a request's
+decoding settings, :class:`~searchenv.sampling.SamplingConfig`; greedy unless asked otherwise):
 
-- :mod:`.sampling`: :class:`~searchenv.llm.sampling.SamplingSettings`, the decoding settings of a request;
 - :mod:`.client`: :class:`~searchenv.llm.client.EndpointClient`, an OpenAI-compatible endpoint (chat and
   completions), one pooled async client per event loop, every request retried by :mod:`searchenv.http.retry`;
 - :mod:`.local`: a local ``transformers`` checkpoint answering short prompts through the rollout engine;

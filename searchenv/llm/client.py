@@ -38,7 +38,7 @@ from searchenv.http.retry import (
     attempt_failed_from_status,
 )
 from searchenv.llm.blocking import run_coroutine
-from searchenv.llm.sampling import SamplingSettings
+from searchenv.sampling import SamplingConfig
 
 __all__ = ["MODES", "Completion", "EndpointClient", "EndpointUnavailable", "endpoint_base_url"]
 
@@ -91,7 +91,7 @@ class EndpointClient:
         self,
         url: str,
         model: str,
-        sampling: SamplingSettings | None = None,
+        sampling: SamplingConfig | None = None,
         *,
         mode: str = "chat",
         timeout: float = 60.0,
@@ -115,7 +115,7 @@ class EndpointClient:
             )
         self.url = endpoint_base_url(url)
         self.model = str(model)
-        self.sampling = sampling or SamplingSettings()
+        self.sampling = sampling or SamplingConfig.greedy()
         self.mode = mode
         self.timeout = float(timeout)
         self.concurrency = int(concurrency)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from searchenv.llm.sampling import SamplingSettings
+from searchenv.sampling import SamplingConfig
 
 __all__ = ["LocalModel", "check_model_source", "local_device", "model_aliases", "model_window"]
 
@@ -55,7 +55,7 @@ class LocalModel:
         device: the torch device (default: CUDA when there is one).
     """
 
-    def __init__(self, model: str, sampling: SamplingSettings, device: str = ""):
+    def __init__(self, model: str, sampling: SamplingConfig, device: str = ""):
         self.model = model
         self.sampling = sampling
         self.device = device
@@ -92,13 +92,10 @@ class LocalModel:
         if self._loaded is None:
             from searchenv.rollout.engines import HFGenerator
             from searchenv.rollout.models import load_policy
-            from searchenv.rollout.sampling import SamplingConfig
 
             lm, tokenizer = load_policy(self.model)
             lm.to(self.device or local_device())
-            s = self.sampling
-            config = SamplingConfig(s.temperature, s.top_p, s.max_new_tokens, s.max_total_tokens)
-            self._loaded = (HFGenerator(lm, tokenizer, config), tokenizer)
+            self._loaded = (HFGenerator(lm, tokenizer, self.sampling), tokenizer)
         return self._loaded
 
 

@@ -31,7 +31,7 @@ from searchenv.http.retry import ServiceUnavailable
 from searchenv.llm.blocking import run_coroutine
 from searchenv.llm.client import EndpointClient
 from searchenv.llm.local import LocalModel, check_model_source
-from searchenv.llm.sampling import SamplingSettings
+from searchenv.sampling import SamplingConfig
 
 __all__ = ["PromptFailure", "Prompter", "check_model_source"]
 
@@ -67,7 +67,7 @@ class Prompter:
         self,
         url: str | None,
         model: str,
-        sampling: SamplingSettings | None = None,
+        sampling: SamplingConfig | None = None,
         *,
         mode: str = "chat",
         timeout: float = 60.0,
@@ -89,7 +89,7 @@ class Prompter:
                 stacklevel=2,
             )
         self.url, self.model = url, model
-        self.sampling = sampling or SamplingSettings()
+        self.sampling = sampling or SamplingConfig.greedy()
         self.mode = mode
         self.concurrency = concurrency
         self.store = store

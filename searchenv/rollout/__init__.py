@@ -2,7 +2,8 @@
 evaluation, the demo and the reward audit share.
 
 * :mod:`~searchenv.rollout.driver` — :class:`EpisodeDriver` (start → sample → apply) and :func:`rollout`;
-* :mod:`~searchenv.rollout.sampling` — :class:`SamplingConfig` and the :class:`TurnGenerator` interface;
+* :mod:`~searchenv.rollout.turn_generator` — the :class:`TurnGenerator` interface an inference engine implements
+  (how to sample: :class:`SamplingConfig`, from :mod:`searchenv.sampling`);
 * :mod:`~searchenv.rollout.engines` — inference engines: ``transformers`` (:class:`HFGenerator`) and vLLM;
 * :mod:`~searchenv.rollout.models` — :func:`load_policy` (a checkpoint folder or a packaged alias);
 * :mod:`~searchenv.rollout.run_file` — ``searchenv_run.json``, what a checkpoint was trained on.
@@ -23,7 +24,8 @@ from searchenv.rollout.run_file import (
     save_checkpoint,
     write_run_settings,
 )
-from searchenv.rollout.sampling import GeneratedTurn, SamplingConfig, TurnGenerator
+from searchenv.rollout.turn_generator import GeneratedTurn, TurnGenerator
+from searchenv.sampling import SamplingConfig
 
 __all__ = [
     "MODEL_ALIASES",

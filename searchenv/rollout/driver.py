@@ -8,7 +8,7 @@ owns the engine (a trainer's synchronised turn, an evaluation harness that write
 it step by step:
 
 - :meth:`EpisodeDriver.start` resets the environments and encodes their prompts;
-- :meth:`EpisodeDriver.sample` asks a :class:`~searchenv.rollout.sampling.TurnGenerator` for one turn of every
+- :meth:`EpisodeDriver.sample` asks a :class:`~searchenv.rollout.turn_generator.TurnGenerator` for one turn of every
   running episode (episodes out of token budget are scored as cut first);
 - :meth:`EpisodeDriver.apply` hands the sampled turns to the environments in one batched step and appends what
   they wrote;
@@ -29,7 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from searchenv.rollout.sampling import GeneratedTurn, SamplingConfig, TurnGenerator
+from searchenv.rollout.turn_generator import GeneratedTurn, TurnGenerator
+from searchenv.sampling import SamplingConfig
 from searchenv.tokenization import EpisodeTokens, TokenizedEpisode, encode_prompt
 
 if TYPE_CHECKING:

@@ -1,9 +1,9 @@
-"""Inference engines behind :class:`~searchenv.rollout.sampling.TurnGenerator`.
+"""Inference engines behind :class:`~searchenv.rollout.turn_generator.TurnGenerator`.
 
 :class:`HFGenerator` wraps a ``transformers`` causal LM (runs anywhere, including CPU); :class:`VLLMGenerator`
 wraps TRL's vLLM wrapper and :class:`VLLMEngineGenerator` an in-process ``vllm.LLM`` (``searchenv[vllm]``
 extra, GPU only). SkyRL/veRL glue can plug its own engine in by
-implementing :meth:`~searchenv.rollout.sampling.TurnGenerator.generate`.
+implementing :meth:`~searchenv.rollout.turn_generator.TurnGenerator.generate`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from searchenv.rollout.kv_cache import cache_keyword, growing_cache
-from searchenv.rollout.sampling import GeneratedTurn, SamplingConfig
+from searchenv.rollout.turn_generator import GeneratedTurn
+from searchenv.sampling import SamplingConfig
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
