@@ -102,6 +102,10 @@ def test_samples_are_drawn_with_derived_seeds_and_reported_as_pass_at_k(scripted
     assert (row["n"], row["samples"], row["em"], row["pass_at_k"]) == (9, 3, pytest.approx(2 / 3), 1.0)
     report = (out / "report.md").read_text()
     assert "pass@k (any sample right)" in report and "| 3 | 1.000 |" in report
+    from searchenv.evaluation.viewer import render_html
+
+    page = render_html(records)
+    assert "<th>pass@k (any sample right)</th>" in page and " · sample 2 · " in page
     # one more sample later plays only the new draw: the earlier ones are kept
     scripted.seen.clear()
     assert main([*args, "--samples", "4"]) == 0
@@ -115,6 +119,9 @@ def test_one_sample_per_question_reports_no_pass_at_k():
     [row] = summarize(records)
     assert (row["samples"], row["pass_at_k"]) == (None, None)
     assert "pass@k" not in markdown_report([row])
+    from searchenv.evaluation.viewer import render_html
+
+    assert "pass@k" not in render_html(records) and "sample" not in render_html(records)
 
 
 @pytest.mark.parametrize(
