@@ -148,3 +148,13 @@ def test_an_endpoint_policy_reseeded_sends_the_new_seed_and_leaves_the_original(
     other = policy.with_seed(11)
     assert other.client.request_body("q")[1]["seed"] == 11 and other.seed == 11
     assert policy.client.request_body("q")[1]["seed"] == 3 and policy.seed == 3
+
+
+def test_a_reward_the_dataset_cannot_feed_is_refused_before_anything_loads(scripted, tmp_path, capsys):
+    rows = tmp_path / "flat.jsonl"
+    rows.write_text(json.dumps({"id": "f1", "question": "Who?", "golden_answers": ["x"]}) + "\n")
+    args = ["eval", "--datasets", str(rows), "--retrievers", "random", "--corpus", str(tmp_path / "none.jsonl")]
+    assert main([*args, "--reward", "hop-credit", "--output", str(tmp_path / "o"), "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    assert "reward 'hop-credit' needs" in err and "question 'f1' of dataset 'flat'" in err
+    assert scripted.seen == []
