@@ -44,6 +44,12 @@ def test_local_policy_stops_at_a_stop_string(local_policy):
     assert 0 < len(turn.token_ids) <= 12 and len(turn.logprobs) == len(turn.token_ids)
 
 
+def test_a_local_policy_reseeded_shares_its_model_and_draws_from_the_new_seed(local_policy):
+    other = local_policy.with_seed(9)
+    assert (other.seed, local_policy.seed) == (9, 0)  # the runner seeds torch with policy.seed per batch
+    assert other.generator is local_policy.generator and other.tokenizer is local_policy.tokenizer
+
+
 def test_an_episode_longer_than_the_model_window_ends_as_cut(local_policy):
     from searchenv.rollout import EpisodeDriver, make_envs
 

@@ -102,6 +102,10 @@ def test_samples_are_drawn_with_derived_seeds_and_reported_as_pass_at_k(scripted
     assert (row["n"], row["samples"], row["em"], row["pass_at_k"]) == (9, 3, pytest.approx(2 / 3), 1.0)
     report = (out / "report.md").read_text()
     assert "pass@k (any sample right)" in report and "| 3 | 1.000 |" in report
+    from searchenv.evaluation.viewer import render_html
+
+    page = render_html(records)
+    assert "<th>pass@k (any sample right)</th>" in page and " · sample 2 · " in page
     # one more sample later plays only the new draw: the earlier ones are kept
     scripted.seen.clear()
     assert main([*args, "--samples", "4"]) == 0
@@ -115,6 +119,9 @@ def test_one_sample_per_question_reports_no_pass_at_k():
     [row] = summarize(records)
     assert (row["samples"], row["pass_at_k"]) == (None, None)
     assert "pass@k" not in markdown_report([row])
+    from searchenv.evaluation.viewer import render_html
+
+    assert "pass@k" not in render_html(records) and "sample" not in render_html(records)
 
 
 @pytest.mark.parametrize(
@@ -141,3 +148,13 @@ def test_an_endpoint_policy_reseeded_sends_the_new_seed_and_leaves_the_original(
     other = policy.with_seed(11)
     assert other.client.request_body("q")[1]["seed"] == 11 and other.seed == 11
     assert policy.client.request_body("q")[1]["seed"] == 3 and policy.seed == 3
+
+
+def test_a_reward_the_dataset_cannot_feed_is_refused_before_anything_loads(scripted, tmp_path, capsys):
+    rows = tmp_path / "flat.jsonl"
+    rows.write_text(json.dumps({"id": "f1", "question": "Who?", "golden_answers": ["x"]}) + "\n")
+    args = ["eval", "--datasets", str(rows), "--retrievers", "random", "--corpus", str(tmp_path / "none.jsonl")]
+    assert main([*args, "--reward", "hop-credit", "--output", str(tmp_path / "o"), "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    assert "reward 'hop-credit' needs" in err and "question 'f1' of dataset 'flat'" in err
+    assert scripted.seen == []

@@ -119,6 +119,21 @@ def test_musique_decompositions_are_hop_answers() -> None:
         env.reset(options={"index": 0})  # accepted: the decomposition carries every hop's answer
 
 
+def test_musique_rows_in_its_own_layout_keep_their_decomposition() -> None:
+    from searchenv.data.datasets import example_from_row
+
+    row = {  # MuSiQue's own jsonl: the decomposition beside the question, not under "metadata"
+        "id": "2hop__1",
+        "question": "Who founded the publisher of X?",
+        "answer": "Hall",
+        "question_decomposition": [
+            {"question": "publisher of X?", "answer": "APA"},
+            {"question": "?", "answer": "Hall"},
+        ],
+    }
+    assert hop_answers(example_from_row(row).metadata) == ("APA", "Hall")
+
+
 def test_the_world_carries_hop_answers_for_every_question() -> None:
     from searchenv.data.world.generator import default_world
 

@@ -71,10 +71,14 @@ def test_same_arguments_give_the_same_world_in_another_process():
 
 
 # Fingerprints of worlds as generate_world made them before texts were streamed in chunks (and before the
-# long-name space for worlds beyond 5M): a refactor of the generator must not change any world users have.
+# long-name space for worlds beyond 5M): a refactor of the generator must not change any world users have. The
+# first two were made with the question count that was the default until issue 40 (a quarter of the passages; now
+# half, so that `searchenv world` gives the embedded world): asking for that count still gives them. The third is
+# the embedded world.
 PINNED = {
-    (400, 7, None): "5f63ecd7405eea74d891b347bf226d86454fe1f7bf3fdbe046bcbe7dd2f0311e",
-    (2000, 0, None): "029cce0b3346d96e79e3678bede12f852e3a2855262eefcbb12943b07e394d25",
+    (400, 7, 100): "5f63ecd7405eea74d891b347bf226d86454fe1f7bf3fdbe046bcbe7dd2f0311e",
+    (2000, 0, 500): "029cce0b3346d96e79e3678bede12f852e3a2855262eefcbb12943b07e394d25",
+    (2000, 0, 1000): "7e970b98850369f33f560d24f35806205dff025ef5b49d1204d8f74bfce69123",
 }
 
 
@@ -269,7 +273,7 @@ def test_dates_are_consistent_with_lifetimes():
 def test_twenty_thousand_passages_scale_smoke():
     world = generate_world(20_000, seed=3)
     assert len(world.corpus) == 20_000 and len(set(world.corpus.titles)) == 20_000
-    assert len(world.questions) == 5_000
+    assert len(world.questions) == 10_000  # half the passages, the default
     assert world.corpus.ids[-1] == "19999"
 
 
@@ -319,3 +323,48 @@ def test_sampler_fails_clearly_when_the_world_holds_too_few_questions():
     sampler = _QuestionSampler(facts, np.arange(MIN_PASSAGES), np.random.default_rng(1))
     with pytest.raises(ValueError, match="could only sample .* ask for fewer num_questions or generate more"):
         sampler.questions(1_000)
+
+
+def _rows(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_searchenv_world_with_its_defaults_writes_the_embedded_world(tmp_path, capsys):
+    from searchenv.cli.main import main
+
+    assert main(["world", "--output", str(tmp_path)]) == 0
+    assert "1000 questions (900 train, 100 test)" in capsys.readouterr().out
+    embedded = default_world()
+    for split in ("train", "test"):
+        written = _rows(tmp_path / f"{split}.jsonl")
+        assert [(r["id"], r["question"], r["golden_answers"]) for r in written] == [
+            (q.id, q.question, list(q.golden_answers)) for q in embedded.dataset(split)
+        ]
+    assert Corpus.from_jsonl(tmp_path / "corpus.jsonl").checksum == embedded.corpus.checksum
+    assert _fingerprint(generate_world(2000)) == _fingerprint(embedded)  # the library's defaults too
+
+
+@pytest.mark.parametrize(
+    ("argv", "says", "test_size"),
+    [
+        ([], "this is the embedded world (dataset 'world'): the same passages and questions", 100),
+        (["--test-questions", "50"], "in test questions 50 (not 100): the same passages, other questions", 50),
+        (["--seed", "1"], "in seed 1 (not 0): other passages and questions", 100),
+        (["--passages", "400"], "passages 400 (not 2000), questions 200 (not 1000), test questions 20 (not 100)", 20),
+    ],
+)
+def test_searchenv_world_says_how_it_differs_from_the_embedded_world(argv, says, test_size, tmp_path, capsys):
+    from searchenv.cli.main import main
+
+    assert main(["world", "--output", str(tmp_path), *argv]) == 0
+    assert says in capsys.readouterr().out
+    assert len(_rows(tmp_path / "test.jsonl")) == test_size
+
+
+def test_a_test_split_as_large_as_every_question_is_refused(tmp_path, capsys):
+    from searchenv.cli.main import main
+
+    assert main(["world", "--output", str(tmp_path), "--questions", "40", "--test-questions", "40"]) == 2
+    assert "test_questions must be between 1 and 39" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="leave at least one train question"):
+        generate_world(400, num_questions=40, test_questions=40)

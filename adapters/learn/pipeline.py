@@ -130,7 +130,11 @@ def plan(
         Stage(
             "worlds",
             tuple(
-                _searchenv("world", "--seed", str(s), "--passages", "2000", "--output", str(output / f"world-seed{s}"))
+                _searchenv(
+                    "world",
+                    *("--seed", str(s), "--passages", "2000", "--questions", "500"),  # 50 test questions each
+                    *("--output", str(output / f"world-seed{s}")),
+                )
                 for s in HELD_OUT_WORLDS
             ),
         ),

@@ -85,8 +85,22 @@ def example_from_row(row: Mapping[str, Any], index: int = 0, data_source: str = 
         question=str(question).strip(),
         golden_answers=answers,
         data_source=str(row.get("data_source", data_source)),
-        metadata=dict(row.get("metadata") or {}),
+        metadata=_metadata(row),
     )
+
+
+#: Top-level fields of a dataset's own rows kept in the example's metadata: MuSiQue's jsonl files hold each
+#: question's decomposition (every hop's question and answer) beside the question, not under "metadata".
+_KEPT_FIELDS = ("question_decomposition",)
+
+
+def _metadata(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row's ``metadata``, plus the fields of :data:`_KEPT_FIELDS` a row carries at its top level."""
+    metadata = dict(row.get("metadata") or {})
+    for key in _KEPT_FIELDS:
+        if key in row and key not in metadata:
+            metadata[key] = row[key]
+    return metadata
 
 
 def _question_from_prompt(prompt: Any, where: str) -> str:

@@ -81,8 +81,10 @@ class SearchQAEnv(gym.Env[str, str]):
 
     0 on every step but the terminal one, which gets the reward spec's score of the whole episode: ``"em"``
     (default) is 1 when the answer matches a golden answer exactly after normalisation, else 0; ``"f1"``,
-    ``"format"`` and the other specs in ``reward_specs/specs`` score differently. The terminal info holds
-    ``reward_parts``, ``prediction`` and ``episode_metrics``.
+    ``"format"`` and the other specs in ``reward_specs/specs`` score differently (``"hop-credit"`` gives a wrong
+    answer partial credit for every hop whose answer was shown, and refuses a dataset without hop answers when the
+    environment is built, or a row without them at ``reset``). The terminal info holds ``reward_parts``,
+    ``prediction`` and ``episode_metrics``.
 
     ## Starting State
 

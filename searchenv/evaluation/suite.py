@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from searchenv.components import check_examples_for_reward
 from searchenv.env.defaults import env_default
 from searchenv.evaluation.baselines import METHODS
 from searchenv.evaluation.checkpoint import (
@@ -250,11 +251,13 @@ def run_eval(args: argparse.Namespace) -> int:
     retriever_names = list(args.retrievers)
     flags = [(key, value) for key in getattr(args, "retriever_flags", ()) if (value := getattr(args, key)) is not None]
     engine_options = route_options(retriever_names, [*flags, *args.retriever_option], "--retriever-option {}".format)
-    load_reward(args.reward)
+    reward = load_reward(args.reward)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
     defaults, limit = _device_defaults(args)
     datasets = _datasets(args, limit)
+    for examples in datasets.values():  # hop-credit refuses questions without hop answers, before anything loads
+        check_examples_for_reward(reward, [example for _, example in examples])
     sampling = _sampling(args, defaults)  # validates temperature / lengths
     _check_samples(args.samples, sampling.temperature)
     if args.policy == "endpoint":

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from searchenv.evaluation.report import METRICS, format_value, summarize
+from searchenv.evaluation.report import format_value, shown_metrics, summarize
 
 __all__ = ["load_transcripts", "render_html", "write_viewer"]
 
@@ -134,9 +134,10 @@ def _card(record: Mapping[str, Any]) -> str:
     parts = ", ".join(f"{e(str(k))}={v:g}" for k, v in (record.get("reward_parts") or {}).items())
     prediction = record.get("prediction")
     response = "".join(_segment_html(s) for s in record.get("segments", []))
+    sample = f" · sample {int(record['sample'])}" if record.get("sample") else ""  # draws after the first
     return (
         f'<div class="card {status}" {data}>'
-        f'<div class="meta">{e(str(record.get("dataset")))} · {e(str(record.get("id")))} · '
+        f'<div class="meta">{e(str(record.get("dataset")))} · {e(str(record.get("id")))}{sample} · '
         f"{e(str(record.get('policy')))} / {e(str(record.get('method')))} / {e(str(record.get('retriever')))} · "
         f"{searches} searches · {int(record.get('num_invalid', 0))} invalid · {status}</div>"
         f'<div class="q">{e(str(record.get("question", "")))}</div>'
@@ -157,7 +158,7 @@ def _select(key: str, label: str, values: Sequence[str]) -> str:
 
 def _summary(records: Sequence[Mapping[str, Any]]) -> str:
     rows = summarize(records)
-    keys = [(k, h, d) for k, h, d in METRICS if k != "judge" or any(r["judge"] is not None for r in rows)]
+    keys = shown_metrics(rows)
     names = ["policy", "method", "retriever", "dataset", *(h for _, h, _ in keys)]
     head = "".join(f"<th>{html.escape(h)}</th>" for h in names)
     body = []

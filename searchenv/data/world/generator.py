@@ -33,7 +33,17 @@ from searchenv.data.world.facts import ENTITY_KINDS, Facts, build_facts
 from searchenv.data.world.passages import draw_passages
 from searchenv.types import QAExample
 
-__all__ = ["DEFAULT_WORLD", "MIN_PASSAGES", "SPLITS", "World", "default_world", "generate_world", "write_world"]
+__all__ = [
+    "DEFAULT_WORLD",
+    "MIN_PASSAGES",
+    "SPLITS",
+    "World",
+    "default_questions",
+    "default_test_questions",
+    "default_world",
+    "generate_world",
+    "write_world",
+]
 
 MIN_PASSAGES = 100
 MAX_PASSAGES = 30_000_000  # wiki-18 holds 21M; beyond this the fact tables alone outgrow a 24 GB machine
@@ -41,8 +51,12 @@ SPLITS = ("train", "test")
 TEST_SHARE = 0.1
 HOP_WEIGHTS = {1: 0.2, 2: 0.35, 3: 0.3, 4: 0.15}
 DATA_SOURCE = "searchenv-world"
-# Small enough that generating it and indexing it with BM25 takes well under a second.
+# Small enough that generating it and indexing it with BM25 takes well under a second. Its question count is the
+# default rule's (:func:`default_questions`), so generate_world(2000) and `searchenv world` give this very world.
 DEFAULT_WORLD = {"num_passages": 2000, "seed": 0, "num_questions": 1000}
+#: Questions per passage when none are asked for (the embedded world's 1,000 for 2,000), at most 50,000 in all.
+QUESTIONS_PER_PASSAGE = 0.5
+MAX_DEFAULT_QUESTIONS = 50_000
 
 
 @dataclass(frozen=True)
@@ -110,16 +124,33 @@ def _check_int(name: str, value: object, minimum: int, maximum: int, fix: str) -
     return integer(value, name, minimum, maximum, fix=fix)
 
 
-def _check_sizes(num_passages: object, seed: object, num_questions: object) -> tuple[int, int, int]:
-    """Validated ``(num_passages, seed, num_questions)``; ``num_questions=None`` becomes the default."""
+def default_questions(num_passages: int) -> int:
+    """The question count of a world of ``num_passages`` when none is asked for: half the passages (the embedded
+    world's 1,000 for 2,000), at most 50,000."""
+    return max(2, min(int(num_passages * QUESTIONS_PER_PASSAGE), MAX_DEFAULT_QUESTIONS))
+
+
+def default_test_questions(num_questions: int) -> int:
+    """The test split's size when none is asked for: 10% of the questions, at least one."""
+    return max(1, round(num_questions * TEST_SHARE))
+
+
+def _check_sizes(
+    num_passages: object, seed: object, num_questions: object, test_questions: object = None
+) -> tuple[int, int, int, int]:
+    """Validated ``(num_passages, seed, num_questions, test_questions)``; ``None`` counts become the defaults."""
     num_passages = _check_int("num_passages", num_passages, MIN_PASSAGES, MAX_PASSAGES, "pass e.g. num_passages=2000")
     seed = _check_int("seed", seed, 0, 2**63 - 1, "pass a non-negative integer seed such as 0")
     if num_questions is None:
-        num_questions = max(2, min(num_passages // 4, 50_000))
+        num_questions = default_questions(num_passages)
     num_questions = _check_int(
         "num_questions", num_questions, 2, 2 * num_passages, "ask for at most two questions per passage"
     )
-    return num_passages, seed, num_questions
+    if test_questions is None:
+        test_questions = default_test_questions(num_questions)
+    fix = "leave at least one train question (or raise num_questions)"
+    test_questions = _check_int("test_questions", test_questions, 1, num_questions - 1, fix)
+    return num_passages, seed, num_questions, test_questions
 
 
 class _WorldDraft:
@@ -130,7 +161,7 @@ class _WorldDraft:
     world: they differ only in where the rendered rows go.
     """
 
-    def __init__(self, num_passages: int, seed: int, num_questions: int):
+    def __init__(self, num_passages: int, seed: int, num_questions: int, test_questions: int | None = None):
         rng = np.random.default_rng(seed)
         self.num_passages, self.seed = num_passages, seed
         self.facts = build_facts(num_passages, rng)
@@ -141,7 +172,7 @@ class _WorldDraft:
         self._order = rng.permutation(num_passages)
         position = np.empty(num_passages, dtype=np.int64)
         position[self._order] = np.arange(num_passages)
-        self.questions = _QuestionSampler(self.facts, position, rng).questions(num_questions)
+        self.questions = _QuestionSampler(self.facts, position, rng).questions(num_questions, test_questions)
 
     @property
     def source(self) -> str:
@@ -168,17 +199,24 @@ class _WorldDraft:
 
 
 def generate_world(
-    num_passages: int, seed: int = 0, num_questions: int | None = None, *, progress: bool | None = None
+    num_passages: int,
+    seed: int = 0,
+    num_questions: int | None = None,
+    *,
+    test_questions: int | None = None,
+    progress: bool | None = None,
 ) -> World:
     """Generate a world of exactly ``num_passages`` passages (one per entity) and its questions, in memory.
 
     The same arguments give byte-identical passages and questions in any process: every draw comes from
-    one ``numpy.random.Generator`` in a fixed order.
-    ``num_questions`` defaults to a quarter of the passages, at most 50,000; 10% of them form the test split.
+    one ``numpy.random.Generator`` in a fixed order; ``generate_world(2000)`` is the embedded world.
+    ``num_questions`` defaults to half the passages, at most 50,000 (:func:`default_questions`);
+    ``test_questions`` of them (default 10%) form the test split. The passages do not depend on either count
+    (they are drawn first); the questions of both splits depend on both.
     ``progress`` shows a tqdm bar (default: only from 200,000 passages). Worlds beyond a few million
     passages belong on disk: :func:`write_world` streams the same world there in bounded memory.
     """
-    draft = _WorldDraft(*_check_sizes(num_passages, seed, num_questions))
+    draft = _WorldDraft(*_check_sizes(num_passages, seed, num_questions, test_questions))
     show = draft.num_passages >= 200_000 if progress is None else progress
     ids, titles, texts = (list(column) for column in zip(*draft.rows(show), strict=True))
     corpus = Corpus(ids, titles, texts, source=draft.source)
@@ -191,6 +229,7 @@ def write_world(
     seed: int = 0,
     num_questions: int | None = None,
     *,
+    test_questions: int | None = None,
     progress: bool | None = None,
 ) -> Path:
     """Generate a world straight to ``directory``, as :meth:`World.save` writes it, without holding its passages.
@@ -200,7 +239,7 @@ def write_world(
     300 bytes per passage, 348 MiB at 1M) but no texts. ``corpus.jsonl`` is written under a
     temporary name and renamed when complete, so an interrupted run never leaves a truncated corpus behind.
     """
-    draft = _WorldDraft(*_check_sizes(num_passages, seed, num_questions))
+    draft = _WorldDraft(*_check_sizes(num_passages, seed, num_questions, test_questions))
     show = draft.num_passages >= 200_000 if progress is None else progress
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -251,9 +290,10 @@ class _QuestionSampler:
         self._position = position
         self._seen: set[tuple] = set()
 
-    def questions(self, count: int) -> list[QAExample]:
-        """``count`` questions: the test split first, then train questions that avoid every test fact."""
-        num_test = max(1, round(count * TEST_SHARE))
+    def questions(self, count: int, num_test: int | None = None) -> list[QAExample]:
+        """``count`` questions: ``num_test`` (default 10%) for the test split first, then train questions that avoid
+        every test fact."""
+        num_test = default_test_questions(count) if num_test is None else num_test
         test_facts: set[tuple[str, int]] = set()
         test = self._draw("test", num_test, forbidden=set(), used=test_facts)
         return self._draw("train", count - num_test, forbidden=test_facts, used=set()) + test
