@@ -252,3 +252,13 @@ def test_an_evaluation_that_fails_before_its_first_episode_leaves_no_folder(tmp_
     with exclusive_output(output):
         pass
     assert sorted(p.name for p in output.iterdir()) == [".lock", "transcripts.jsonl"]  # a run's folder stays whole
+
+
+def test_train_sft_help_names_the_distillation_workflow(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["train-sft", "--help"])
+    assert done.value.code == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "Distillation: evaluate a teacher on training questions (searchenv eval --split train" in said
+    assert "docs/evaluation.md ('Distillation') has the workflow, the record format" in said
+    assert "--max-tokens" in said

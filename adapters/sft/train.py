@@ -26,6 +26,11 @@ from searchenv.cli.parsers import CommandParser
 __all__ = ["LEARN_ENV", "SFT_RECIPE", "add_parser", "build_parser", "main", "run"]
 
 _DESCRIPTION = __doc__.split("\n")[0]
+_EPILOG = (
+    "Distillation: evaluate a teacher on training questions (searchenv eval --split train --output runs/teacher), "
+    "then searchenv train-sft --no-world --transcripts runs/teacher/transcripts.jsonl, then searchenv eval the "
+    "checkpoint. docs/evaluation.md ('Distillation') has the workflow, the record format and what is refused."
+)
 
 _SFT_HELP = {
     "lr": "peak learning rate (AdamW; linear warm-up, then a cosine to a tenth)",
@@ -62,7 +67,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave the last N train questions out (the validation questions of train-ppo --validation N)",
     )
     sources.add_argument(
-        "--transcripts", action="append", default=[], help="searchenv eval transcripts.jsonl to imitate (repeatable)"
+        "--transcripts",
+        action="append",
+        default=[],
+        help="searchenv eval transcripts.jsonl of training questions to imitate (repeatable; see below); the "
+        "checkpoint records their episode settings",
     )
     sources.add_argument(
         "--min-reward", type=float, default=1.0, help="keep transcript episodes of this reward or more"
@@ -98,14 +107,14 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="searchenv train-sft", description=_DESCRIPTION)
+    parser = CommandParser(prog="searchenv train-sft", description=_DESCRIPTION, epilog=_EPILOG)
     _add_arguments(parser)
     return parser
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``searchenv train-sft`` (options are added when the command runs: no torch at ``--help`` time)."""
-    parser = subparsers.add_parser("train-sft", description=_DESCRIPTION)
+    parser = subparsers.add_parser("train-sft", description=_DESCRIPTION, epilog=_EPILOG)
     _add_arguments(parser)
     parser.set_defaults(handler=_train)
     return parser
