@@ -283,7 +283,7 @@ _RECORDS: tuple[Engine, ...] = (
         train_size=EngineOption(int, "IVF-PQ training sample", positive_int),
         seed=EngineOption(int, "IVF-PQ: seed of the training sample", integer),
     ),
-    _web("brave", "brave:BraveSearchRetriever", "the web through the Brave Search API (key: $BRAVE_API_KEY)"),
+    _web("brave", "brave:BraveSearchRetriever", "the web through the Brave Search API (key: $BRAVE_SEARCH_API_KEY)"),
     replace(
         _web("web", "brave:BraveSearchRetriever", "the first name of 'brave' (the Brave Search API)"),
         alias_of="brave",

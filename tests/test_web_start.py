@@ -91,3 +91,20 @@ def test_a_missing_extra_is_named_before_anything_is_built(
         ImportError, match=rf"needs {module}, which is not installed: pip install 'searchenv\[{extra}\]'"
     ):
         check_components("world", "train", None, retriever, "em", "search-r1", options)
+
+
+def test_every_web_engines_help_names_the_key_variable_its_code_reads() -> None:
+    """The Brave key was ``$BRAVE_SEARCH_API_KEY`` in the code and ``$BRAVE_API_KEY`` in every help and doc."""
+    import importlib
+
+    from searchenv.retrievers.catalogue import ENGINES
+
+    for name, record in ENGINES.items():
+        if not record.factory.startswith("searchenv.retrievers.web."):
+            continue
+        module, attr = record.factory.split(":")
+        key_env = getattr(importlib.import_module(module), attr).key_env
+        if key_env is None:
+            assert "key:" not in record.help, name
+        elif record.alias_of is None:
+            assert f"(key: ${key_env})" in record.help, (name, record.help)
