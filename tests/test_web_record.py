@@ -220,6 +220,23 @@ def test_reach_settings_are_part_of_a_page_record(web: LocalWeb, tmp_path: Path)
     assert again == [allowed]  # allowing the host again: the stored page, not the stored refusal
 
 
+def test_a_search_host_on_another_loopback_port_does_not_open_a_pages_record(web: LocalWeb, tmp_path: Path) -> None:
+    """The key's reach is the connection's rule: allowing the search host ``127.0.0.1:Q`` does not allow a page on
+    ``127.0.0.1:P`` (the key dropped the loopback port, so the two shared a key)."""
+    url = web.page_url(next(iter(web.articles)))
+    search_host = f"127.0.0.1:{urlsplit(url).port + 1}"
+    store = AnswerStore(tmp_path / "pages.sqlite", "cached")
+    assert isinstance(PageReader(record=store, allow_private=True, host_interval=0).open_documents([url])[0], Document)
+    beside = PageReader(record=store, allowed_hosts=[search_host], host_interval=0)
+    (refused,) = beside.open_documents([url])
+    assert isinstance(refused, PageError) and refused.kind == "blocked"  # not the page stored under allow_private
+    other = AnswerStore(tmp_path / "blocked.sqlite", "cached")
+    assert PageReader(record=other, allowed_hosts=[search_host], host_interval=0).open_documents([url])[0].kind == (
+        "blocked"
+    )
+    assert isinstance(PageReader(record=other, allow_private=True, host_interval=0).open_documents([url])[0], Document)
+
+
 # Records one search and one page against a stand-in of its own (a random port), then prints what it got.
 _RECORDER = """
 import json, sys
