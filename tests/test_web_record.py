@@ -207,6 +207,23 @@ def test_a_damaged_record_fails_when_opened_naming_the_file(web: LocalWeb, world
         )
 
 
+def test_replay_refuses_a_file_that_holds_no_record(tmp_path: Path) -> None:
+    """A missing record was refused, an empty file (``touch``, a failed copy) was replayed as a record of nothing."""
+    with pytest.raises(FileNotFoundError, match=r"web.sqlite does not exist \(make one with cache_mode='record'\)"):
+        AnswerStore(tmp_path / "web.sqlite", "replay")
+    (tmp_path / "web.sqlite").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"needs an existing record; .*web.sqlite is empty \(0 bytes\)"):
+        AnswerStore(tmp_path / "web.sqlite", "replay")
+    assert (tmp_path / "web.sqlite").stat().st_size == 0  # left as it was
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as connection:
+        connection.execute("CREATE TABLE notes (text TEXT)")
+    with pytest.raises(StoreDamaged, match=r"other.sqlite is damaged: its answers table has columns \[\]"):
+        AnswerStore(other, "replay")
+    AnswerStore(tmp_path / "web.sqlite", "record").close()  # recording into the empty file makes it a record
+    assert AnswerStore(tmp_path / "web.sqlite", "replay").stats()["hits"] == 0
+
+
 def test_reach_settings_are_part_of_a_page_record(web: LocalWeb, tmp_path: Path) -> None:
     store = AnswerStore(tmp_path / "pages.sqlite", "cached")
     url = web.page_url(next(iter(web.articles)))
