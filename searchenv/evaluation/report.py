@@ -22,6 +22,7 @@ __all__ = [
     "plot_health",
     "plot_summary",
     "series_colors",
+    "shown_metrics",
     "summarize",
     "write_csv",
 ]
@@ -211,6 +212,11 @@ def engine_matrix(rows: Sequence[Mapping[str, Any]], method: str = "agent") -> l
     return lines
 
 
+def shown_metrics(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, int]]:
+    """The :data:`METRICS` columns a table of ``rows`` shows: the optional ones only where some row has them."""
+    return [(k, h, d) for k, h, d in METRICS if k not in _OPTIONAL or any(r[k] is not None for r in rows)]
+
+
 def markdown_report(rows: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()) -> str:
     """The report: Table-4-shaped recall / EM, the engine matrix when there is one, and every metric per dataset."""
     out = ["# Evaluation report", ""]
@@ -219,7 +225,7 @@ def markdown_report(rows: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()
     matrix = engine_matrix(rows)
     if matrix:
         out += ["## Train engine x test engine: mean EM (study Table 5 layout)", "", *matrix, ""]
-    shown = [(k, h, d) for k, h, d in METRICS if k not in _OPTIONAL or any(r[k] is not None for r in rows)]
+    shown = shown_metrics(rows)
     header = ["policy", "method", "retriever", "dataset", *(h for _, h, _ in shown)]
     out += ["## All metrics", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
