@@ -43,3 +43,14 @@ def test_the_architecture_counts_the_folders_pyproject_installs() -> None:
     words = {1: "One", 2: "Two", 3: "Three", 4: "Four", 5: "Five"}
     assert sentence.startswith(f"{words[len(folders)]} folders"), sentence
     assert all(folder in sentence for folder in folders), (folders, sentence)
+
+
+def test_the_changelog_has_one_unreleased_section_with_each_kind_once() -> None:
+    """Keep a Changelog: one Unreleased section (there were two, ``Unreleased`` and ``[0.2.0] - unreleased``), and
+    within each release one subsection per kind of change."""
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    releases = re.split(r"(?m)^## ", text)[1:]
+    assert [r.split("\n", 1)[0] for r in releases if "unreleased" in r.split("\n", 1)[0].lower()] == ["Unreleased"]
+    for release in releases:
+        kinds = re.findall(r"(?m)^### (.+)$", release)
+        assert len(kinds) == len(set(kinds)), (release.split("\n", 1)[0], kinds)
