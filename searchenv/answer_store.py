@@ -102,8 +102,12 @@ class AnswerStore:
         self._counts = {"hits": 0, "stored": 0, "replay_misses": 0}
         self._calls: dict[str, int] = {}
         if self.path is not None:
-            if self.mode == "replay" and not self.path.is_file():
-                raise FileNotFoundError(f"cache_mode='replay' needs an existing record; {self.path} does not exist")
+            if self.mode == "replay" and not (self.path.is_file() and self.path.stat().st_size):
+                state = "is empty (0 bytes)" if self.path.is_file() else "does not exist"
+                raise FileNotFoundError(
+                    f"cache_mode='replay' needs an existing record; {self.path} {state} (make one with "
+                    "cache_mode='record')"
+                )
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._check_file()  # a bad path or a damaged file fails here, before any request
 
@@ -226,7 +230,7 @@ class AnswerStore:
                 connection = self._connection()
                 problems = [row[0] for row in connection.execute("PRAGMA quick_check").fetchall()]
                 columns = tuple(row[1] for row in connection.execute("PRAGMA table_info(answers)").fetchall())
-                count = connection.execute("SELECT count(*) FROM answers").fetchone()[0]
+                count = connection.execute("SELECT count(*) FROM answers").fetchone()[0] if columns else 0
                 break
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
@@ -261,8 +265,9 @@ class AnswerStore:
             connection.execute("PRAGMA busy_timeout = 60000")
             connection.execute("PRAGMA journal_mode = WAL")
             connection.execute("PRAGMA synchronous = NORMAL")
-            with connection:
-                connection.execute(_SCHEMA)
+            if self.mode != "replay":  # a replay reads a record; a file without one is refused, not made one
+                with connection:
+                    connection.execute(_SCHEMA)
             self._local.connection = connection
             with self._lock:
                 self._connections.append(connection)

@@ -340,3 +340,27 @@ def test_every_command_builds_its_own_parser(name):
     with pytest.raises(SystemExit) as exited:
         parser.parse_args([name, "--help"])
     assert exited.value.code == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["eval", "--modle", "x"],
+            "searchenv eval: error: unrecognized arguments: --modle x (did you mean '--model'?)",
+        ),
+        (["play", "--retreiver=bm25"], "searchenv play: error: unrecognized arguments: --retreiver=bm25 (did you mean"),
+        (
+            ["world", "--output", "o", "--pasages", "9"],
+            "searchenv world: error: unrecognized arguments: --pasages 9 (did you mean '--p",
+        ),
+        (["eval", "stray"], "searchenv eval: error: unrecognized arguments: stray"),
+    ],
+)
+def test_a_mistyped_option_names_the_command_and_the_nearest_option(argv, line, capsys):
+    """Every command, through the one shared parser: an unknown option was reported by the top parser ("searchenv:
+    error: unrecognized arguments: --modle x") with no suggestion."""
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(line)

@@ -241,6 +241,43 @@ def test_the_cache_is_dropped_when_the_weights_change(smollm2_dir):
     assert again.token_ids == fresh.token_ids and again.logprobs == pytest.approx(fresh.logprobs, abs=1e-4)
 
 
+def test_weights_synced_from_outside_are_never_sampled_stale(smollm2_tokenizer):
+    """An external weight sync: new storage (``p.data = w``) is detected; an in-place write through ``p.data``
+    changes no counter, and :meth:`HFGenerator.refresh` drops the KV cache and the bf16 copy (both were kept)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = smollm2_tokenizer
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2
+    )
+
+    def weights(seed: int) -> list[torch.Tensor]:
+        torch.manual_seed(seed)
+        return [p.detach().clone() for p in LlamaForCausalLM(config).parameters()]
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    sampling = SamplingConfig(temperature=0, max_new_tokens=6)
+    engine = HFGenerator(model, tok, sampling, dtype=torch.bfloat16)
+    context = tok("The sea is", add_special_tokens=False)["input_ids"]
+    first = engine.generate([context], [], [6])[0]
+    follow = context + first.token_ids
+
+    def fresh() -> object:
+        return HFGenerator(model, tok, sampling, dtype=torch.bfloat16).generate([follow], [], [6])[0]
+
+    for parameter, new in zip(model.parameters(), weights(1)):
+        parameter.data = new  # new storage
+    again, expected = engine.generate([follow], [], [6])[0], fresh()
+    assert again.token_ids == expected.token_ids and again.logprobs == pytest.approx(expected.logprobs, abs=1e-4)
+    for parameter, new in zip(model.parameters(), weights(2)):
+        parameter.data.copy_(new)  # in place, through .data: no version counter moves
+    engine.refresh()
+    again, expected = engine.generate([follow], [], [6])[0], fresh()
+    assert again.token_ids == expected.token_ids and again.logprobs == pytest.approx(expected.logprobs, abs=1e-4)
+    assert expected.logprobs != pytest.approx(first.logprobs, abs=1e-3)  # the weights did change what is sampled
+
+
 def test_sampled_rows_stop_at_their_own_stop_string_and_report_sampler_logprobs(smollm2):
     """Temperature and top-p: rows stop at different lengths; each log-probability is the sampled token's under the
     processed (tempered, nucleus-cut) distribution, so it is never above the unprocessed model's by chance."""

@@ -3,14 +3,11 @@ groups, validation during RL, the evidence table and its paired intervals, and t
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from searchenv.adapters.learn.evidence import per_question_rows, read_rows, summary_markdown, write_rows
 from searchenv.adapters.sft.demonstrations import (
     demonstrator_actions,
-    transcript_demonstrations,
     world_demonstrations,
 )
 from searchenv.data.world.generator import default_world
@@ -46,25 +43,6 @@ def test_world_demonstrations_are_played_by_the_environment_and_filtered():
     assert tight["hop_not_shown"] > 0
     with pytest.raises(ValueError, match="train split only"):
         world_demonstrations({**ENV, "split": "test"})
-
-
-def test_transcript_demonstrations_keep_rewarded_episodes_and_refuse_test_questions(tmp_path):
-    def record(reward: float, split: str = "train", policy: str = "teacher") -> str:
-        segments = [{"author": "model", "text": "<answer> x </answer>"}]
-        row = {"id": "q", "prompt": "Q?", "segments": segments, "reward": reward, "policy": policy}
-        return json.dumps({**row, "settings": {"split": split}})
-
-    path = tmp_path / "transcripts.jsonl"
-    path.write_text("\n".join([record(1.0), record(0.0), record(1.0, policy="other")]) + "\n")
-    assert len(transcript_demonstrations(path)) == 2
-    assert len(transcript_demonstrations(path, policies=["teacher"])) == 1
-    assert len(transcript_demonstrations(path, min_reward=0.0)) == 3
-    path.write_text(record(1.0, split="test") + "\n")
-    with pytest.raises(ValueError, match="test split"):
-        transcript_demonstrations(path)
-    path.write_text('{"prompt": "no segments"}\n')
-    with pytest.raises(ValueError, match="transcripts.jsonl:1: not a transcript record"):
-        transcript_demonstrations(path)
 
 
 def test_paired_bootstrap_resolves_a_consistent_gain_and_not_noise():

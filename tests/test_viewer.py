@@ -115,3 +115,16 @@ def test_viewer_renders_and_filters_in_headless_chromium(tmp_path):
     assert shown("#status=wrong") == (2, "2")
     assert shown("#status=noanswer") == (1, "1")
     assert shown("#dataset=hotpotqa&searches=0") == (1, "1")
+
+    def summary(hash_: str) -> list[tuple[str, str, str]]:
+        """The visible summary table's visible rows: (dataset, n, EM); it summarised every episode before."""
+        dom = _chromium(tmp_path, "--dump-dom", page.as_uri() + hash_).stdout
+        [table] = [t for t in re.findall(r"<table class=\"summary\"[^>]*>.*?</table>", dom) if " hidden" not in t[:90]]
+        rows = re.findall(r"<tr data-dataset=\"([^\"]+)\"[^>]*?( hidden=\"\")?>(.*?)</tr>", table)
+        cells = [(d, re.findall(r"<td>(.*?)</td>", body)) for d, hidden, body in rows if not hidden]
+        return [(d, c[4], c[6]) for d, c in cells]
+
+    assert summary("") == [("nq", "2", "0.500"), ("hotpotqa", "2", "0.000")]
+    assert summary("#status=wrong") == [("nq", "1", "0.000"), ("hotpotqa", "1", "0.000")]
+    assert summary("#dataset=nq") == [("nq", "2", "0.500")]
+    assert summary("#dataset=hotpotqa&searches=0") == [("hotpotqa", "1", "0.000")]

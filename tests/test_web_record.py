@@ -207,6 +207,23 @@ def test_a_damaged_record_fails_when_opened_naming_the_file(web: LocalWeb, world
         )
 
 
+def test_replay_refuses_a_file_that_holds_no_record(tmp_path: Path) -> None:
+    """A missing record was refused, an empty file (``touch``, a failed copy) was replayed as a record of nothing."""
+    with pytest.raises(FileNotFoundError, match=r"web.sqlite does not exist \(make one with cache_mode='record'\)"):
+        AnswerStore(tmp_path / "web.sqlite", "replay")
+    (tmp_path / "web.sqlite").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"needs an existing record; .*web.sqlite is empty \(0 bytes\)"):
+        AnswerStore(tmp_path / "web.sqlite", "replay")
+    assert (tmp_path / "web.sqlite").stat().st_size == 0  # left as it was
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as connection:
+        connection.execute("CREATE TABLE notes (text TEXT)")
+    with pytest.raises(StoreDamaged, match=r"other.sqlite is damaged: its answers table has columns \[\]"):
+        AnswerStore(other, "replay")
+    AnswerStore(tmp_path / "web.sqlite", "record").close()  # recording into the empty file makes it a record
+    assert AnswerStore(tmp_path / "web.sqlite", "replay").stats()["hits"] == 0
+
+
 def test_reach_settings_are_part_of_a_page_record(web: LocalWeb, tmp_path: Path) -> None:
     store = AnswerStore(tmp_path / "pages.sqlite", "cached")
     url = web.page_url(next(iter(web.articles)))
@@ -218,6 +235,23 @@ def test_reach_settings_are_part_of_a_page_record(web: LocalWeb, tmp_path: Path)
     assert PageReader(record=store, host_interval=0).open_documents([url])[0].kind == "blocked"  # stored as such
     again = PageReader(record=store, allowed_hosts=[urlsplit(url).netloc], host_interval=0).open_documents([url])
     assert again == [allowed]  # allowing the host again: the stored page, not the stored refusal
+
+
+def test_a_search_host_on_another_loopback_port_does_not_open_a_pages_record(web: LocalWeb, tmp_path: Path) -> None:
+    """The key's reach is the connection's rule: allowing the search host ``127.0.0.1:Q`` does not allow a page on
+    ``127.0.0.1:P`` (the key dropped the loopback port, so the two shared a key)."""
+    url = web.page_url(next(iter(web.articles)))
+    search_host = f"127.0.0.1:{urlsplit(url).port + 1}"
+    store = AnswerStore(tmp_path / "pages.sqlite", "cached")
+    assert isinstance(PageReader(record=store, allow_private=True, host_interval=0).open_documents([url])[0], Document)
+    beside = PageReader(record=store, allowed_hosts=[search_host], host_interval=0)
+    (refused,) = beside.open_documents([url])
+    assert isinstance(refused, PageError) and refused.kind == "blocked"  # not the page stored under allow_private
+    other = AnswerStore(tmp_path / "blocked.sqlite", "cached")
+    assert PageReader(record=other, allowed_hosts=[search_host], host_interval=0).open_documents([url])[0].kind == (
+        "blocked"
+    )
+    assert isinstance(PageReader(record=other, allow_private=True, host_interval=0).open_documents([url])[0], Document)
 
 
 # Records one search and one page against a stand-in of its own (a random port), then prints what it got.

@@ -27,6 +27,11 @@ from searchenv.cli.parsers import CommandParser
 __all__ = ["LEARN_ENV", "SFT_RECIPE", "add_parser", "build_parser", "main", "run"]
 
 _DESCRIPTION = __doc__.split("\n")[0]
+_EPILOG = (
+    "Distillation: evaluate a teacher on training questions (searchenv eval --split train --output runs/teacher), "
+    "then searchenv train-sft --no-world --transcripts runs/teacher/transcripts.jsonl, then searchenv eval the "
+    "checkpoint. docs/evaluation.md ('Distillation') has the workflow, the record format and what is refused."
+)
 
 _SFT_HELP = {
     "lr": "peak learning rate (AdamW; linear warm-up, then a cosine to a tenth)",
@@ -38,6 +43,7 @@ _SFT_HELP = {
     "trainable_layers": "train only the top N decoder layers and the final norm (0: every weight)",
     "bf16": "bfloat16 autocast for forward passes (weights stay float32): GPUs, and CPUs with bf16 units (AMX)",
     "seed": "seed of the demonstrations' order and of torch",
+    "max_tokens": "refuse a demonstration of more tokens (prompt and transcript) than this, before the model loads",
 }
 
 
@@ -61,7 +67,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave the last N train questions out (the validation questions of train-ppo --validation N)",
     )
     sources.add_argument(
-        "--transcripts", action="append", default=[], help="searchenv eval transcripts.jsonl to imitate (repeatable)"
+        "--transcripts",
+        action="append",
+        default=[],
+        help="searchenv eval transcripts.jsonl of training questions to imitate (repeatable; see below); the "
+        "checkpoint records their episode settings",
     )
     sources.add_argument(
         "--min-reward", type=float, default=1.0, help="keep transcript episodes of this reward or more"
@@ -96,32 +106,91 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="searchenv train-sft", description=_DESCRIPTION)
+    parser = CommandParser(prog="searchenv train-sft", description=_DESCRIPTION, epilog=_EPILOG)
     _add_arguments(parser)
     return parser
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``searchenv train-sft`` (options are added when the command runs: no torch at ``--help`` time)."""
-    parser = subparsers.add_parser("train-sft", description=_DESCRIPTION)
+    parser = subparsers.add_parser("train-sft", description=_DESCRIPTION, epilog=_EPILOG)
     _add_arguments(parser)
     parser.set_defaults(handler=_train)
     return parser
 
 
+#: The settings a transcript records that shape the episode train-sft's environment plays (run-file keys).
+_EPISODE_KEYS = ("protocol", "chat_template", "max_turns", "budget", "topk", "max_information_words", "max_new_tokens")
+
+
+def _ours(args: argparse.Namespace) -> dict[str, Any]:
+    ours = {key: getattr(args, key) for key in _EPISODE_KEYS}
+    return {**ours, "chat_template": chat_template(args.chat_template)}
+
+
+def _adopt_transcript_settings(args: argparse.Namespace, theirs: dict[str, Any]) -> None:
+    """Make ``args`` the environment the transcripts were played in, so the checkpoint records (and ``searchenv
+    eval`` replays) theirs. With ``--world`` the world's demonstrations are played under ``args`` as well, so a
+    difference is refused rather than mixing two environments in one warm start."""
+    ours = _ours(args)
+    differ = {key: theirs[key] for key in _EPISODE_KEYS if key in theirs and theirs[key] != ours[key]}
+    if not differ:
+        return
+    words = {None: "auto", True: "on", False: "off"}
+    flags = " ".join(
+        f"--{key.replace('_', '-')} {words[value] if key == 'chat_template' else value}"
+        for key, value in differ.items()
+    )
+    if args.world:
+        raise ValueError(
+            f"the transcripts were played with {flags}, the world's demonstrations would be played with train-sft's "
+            f"own settings; give those options so both match, or --no-world to learn from the transcripts alone"
+        )
+    for key, value in differ.items():
+        setattr(args, key, words[value] if key == "chat_template" else value)
+    args.demonstration = False  # the protocol named by the transcripts already says whether it has an example
+    print(f"searchenv train-sft: the transcripts' settings are recorded for eval to replay: {flags}", flush=True)
+
+
+def _transcripts(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any]]:
+    """The transcripts' demonstrations and their settings, every record checked (no model loaded)."""
+    from searchenv.adapters.sft.demonstrations import transcript_demonstrations
+
+    if not args.transcripts:
+        return [], {}
+    found = transcript_demonstrations(args.transcripts, min_reward=args.min_reward)
+    counts = found.counts
+    print(
+        f"searchenv train-sft: {counts['kept']} demonstrations of {counts['read']} transcript records "
+        f"({counts['below_reward']} below --min-reward {args.min_reward:g})",
+        flush=True,
+    )
+    if not found.demonstrations:
+        raise ValueError(
+            f"none of the {counts['read']} transcript records has a reward of --min-reward {args.min_reward:g} or "
+            "more (a NaN reward counts as none); lower --min-reward or pass a stronger teacher's transcripts"
+        )
+    _adopt_transcript_settings(args, found.settings)
+    return found.demonstrations, found.settings
+
+
 def run(args: argparse.Namespace) -> list[dict[str, float]]:
-    """Gather the demonstrations (every option checked first), load the model, and train."""
+    """Gather the demonstrations and check them (every option and record first, then their token lengths with the
+    tokenizer alone), load the model, and train."""
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     from searchenv.adapters.ppo.train import env_kwargs, run_settings
-    from searchenv.adapters.sft.demonstrations import transcript_demonstrations, world_demonstrations
-    from searchenv.adapters.sft.trainer import SFTConfig, SFTTrainer
+    from searchenv.adapters.sft.demonstrations import world_demonstrations
+    from searchenv.adapters.sft.trainer import SFTConfig, SFTTrainer, tokenize_demonstrations
     from searchenv.protocol import get_protocol
+    from searchenv.rollout.models import check_model, load_tokenizer
 
+    check_model(args.model)
+    env_kwargs(args)
+    demonstrations, replayed = _transcripts(args)
     env = env_kwargs(args)
     values = {f.name: getattr(args, f.name) for f in fields(SFTConfig) if f.name != "chat_template"}
     values["trainable_layers"] = values["trainable_layers"] or None
     config = SFTConfig(**values, chat_template=chat_template(args.chat_template))
-    demonstrations = transcript_demonstrations(args.transcripts, min_reward=args.min_reward) if args.transcripts else []
     if args.world:
         world, counts = world_demonstrations(env, max_hops=args.max_hops, limit=args.limit, held_out=args.validation)
         print(
@@ -130,6 +199,8 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
             flush=True,
         )
         demonstrations += world
+    protocol = get_protocol(env["protocol"])
+    episodes = tokenize_demonstrations(demonstrations, load_tokenizer(args.model), protocol, config)
     import torch
 
     from searchenv.rollout import load_policy
@@ -139,15 +210,20 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     model, tokenizer = load_policy(args.model)
     place_policy(model, args.device)
     settings = run_settings(args, "sft", asdict(config))
+    if not args.world:  # what the transcripts say of their environment, beyond the episode settings adopted above
+        settings.update(
+            {key: replayed[key] for key in ("reward", "retriever", "dataset", "max_total_tokens") if key in replayed}
+        )
     trainer = SFTTrainer(
         model,
         tokenizer,
         demonstrations,
-        get_protocol(env["protocol"]),
+        protocol,
         config,
         log_path=args.log,
         output_dir=Path(args.output_dir) if args.output_dir else None,
         run_settings=settings,
+        episodes=episodes,
     )
     return trainer.train()
 

@@ -30,7 +30,7 @@ from searchenv.rollout import save_checkpoint
 from searchenv.rollout.models import train_top_layers
 from searchenv.tokenization import TokenizedEpisode, tokenize_segments
 
-__all__ = ["SFTConfig", "SFTTrainer"]
+__all__ = ["SFTConfig", "SFTTrainer", "tokenize_demonstrations"]
 
 
 @dataclass
@@ -51,6 +51,8 @@ class SFTConfig:
         bf16: forward passes under bfloat16 autocast (weights and optimizer stay float32): GPUs, and CPUs with
             bf16 units (AMX), where a step takes about a third of the time.
         seed: seeds the order of demonstrations and torch.
+        max_tokens: the most tokens (prompt and transcript) of one demonstration; a longer one is refused by
+            :func:`tokenize_demonstrations`, naming it, before a forward pass would allocate for it.
     """
 
     lr: float = 1e-4
@@ -63,10 +65,11 @@ class SFTConfig:
     chat_template: bool | None = False
     bf16: bool = False
     seed: int = 0
+    max_tokens: int = 4096
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.micro_batch_size < 1:
-            raise ValueError("steps, batch_size and micro_batch_size must be at least 1")
+        if self.steps < 1 or self.batch_size < 1 or self.micro_batch_size < 1 or self.max_tokens < 1:
+            raise ValueError("steps, batch_size, micro_batch_size and max_tokens must be at least 1")
         if self.batch_size % self.micro_batch_size:
             raise ValueError(
                 f"batch_size ({self.batch_size}) must be a multiple of micro_batch_size ({self.micro_batch_size})"
@@ -82,6 +85,29 @@ class SFTConfig:
         return self.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+def tokenize_demonstrations(
+    demonstrations: Sequence[Demonstration], tokenizer: Any, protocol: Protocol, config: SFTConfig
+) -> list[TokenizedEpisode]:
+    """The demonstrations as the one token path reads them, each checked against ``config.max_tokens``.
+
+    It needs the tokenizer only, so ``searchenv train-sft`` runs it before the weights load: an over-long
+    transcript is named with the limit, not met as an allocation of the whole batch's logits."""
+    if not demonstrations:
+        raise ValueError("no demonstrations to learn from: check the sources and their filters")
+    episodes = []
+    for demonstration in demonstrations:
+        episode = tokenize_segments(
+            demonstration.prompt, demonstration.segments, protocol, tokenizer, chat_template=config.chat_template
+        )
+        if len(episode.input_ids) > config.max_tokens:
+            raise ValueError(
+                f"demonstration {demonstration.id!r} has {len(episode.input_ids)} tokens, over the limit of "
+                f"{config.max_tokens} (--max-tokens); raise the limit or leave that record out"
+            )
+        episodes.append(episode)
+    return episodes
+
+
 class SFTTrainer:
     """Fine-tune ``model`` on ``demonstrations`` (see the module docstring).
 
@@ -95,6 +121,8 @@ class SFTTrainer:
         output_dir: where the checkpoint goes at the end (``final``); ``None`` saves nothing.
         run_settings: the environment settings written with the checkpoint (``searchenv_run.json``), so that
             ``searchenv eval`` and the RL stage replay the environment it learned in.
+        episodes: ``demonstrations`` already tokenized by :func:`tokenize_demonstrations` (a caller that checked
+            them before loading the model); ``None`` tokenizes them here.
     """
 
     def __init__(
@@ -107,9 +135,10 @@ class SFTTrainer:
         log_path: str | Path | None = None,
         output_dir: str | Path | None = None,
         run_settings: Mapping[str, Any] | None = None,
+        episodes: Sequence[TokenizedEpisode] | None = None,
     ):
-        if not demonstrations:
-            raise ValueError("no demonstrations to learn from: check the sources and their filters")
+        if episodes is None:
+            episodes = tokenize_demonstrations(demonstrations, tokenizer, protocol, config)
         self.model, self.tokenizer, self.config = model, tokenizer, config
         torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
@@ -117,10 +146,7 @@ class SFTTrainer:
             train_top_layers(model, config.trainable_layers)
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.parameters, lr=config.lr, weight_decay=0.0)
-        self.episodes: list[TokenizedEpisode] = [
-            tokenize_segments(d.prompt, d.segments, protocol, tokenizer, chat_template=config.chat_template)
-            for d in demonstrations
-        ]
+        self.episodes: list[TokenizedEpisode] = list(episodes)
         self.log_path = Path(log_path) if log_path else None
         self.output_dir = Path(output_dir) if output_dir else None
         self.run_settings = dict(run_settings or {})

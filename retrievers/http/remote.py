@@ -218,13 +218,10 @@ class RemoteRetriever:
         import httpx
 
         fix = "start one with `searchenv serve --corpus PATH` (or Search-R1's retrieval_server.py) or fix the URL"
+        payload = request_payload(["searchenv reachability check"], 1, self.topk_field)
         try:
-            response = httpx.post(
-                self.url,
-                json=request_payload(["searchenv reachability check"], 1, self.topk_field),
-                headers=self._headers(),
-                timeout=timeout,
-            )
+            with http_client(timeout=timeout, headers=self._headers()) as client:  # the whole check in `timeout`
+                response = client.post(self.url, json=payload)
         except httpx.HTTPError as exc:
             raise ConnectionError(
                 f"no retrieval service answers at {self.url} ({type(exc).__name__}: {exc}); {fix}"

@@ -196,12 +196,20 @@ class PageReader:
         """What a page's stored answer depends on: its normalised URL, the size cap, robots, and the reach
         settings that decide whether its host may be opened — a page stored where private hosts were allowed is
         not served to a run that forbids them, and a ``blocked`` stored where they were forbidden is not served
-        to a run that allows them. (A public host under default settings keeps the key it always had.)"""
+        to a run that allows them. (A public host under default settings keeps the key it always had.)
+
+        The two ways a host is opened are two keys: ``allow_private`` (every private host) and an allowed host
+        (the search service's own, or the user's). The key's URL drops a loopback port (a record replays against
+        a stand-in on another random port), so a host allowed on ``127.0.0.1:Q`` names every loopback port; had
+        both ways shared one key, a page stored under ``allow_private`` from ``127.0.0.1:P`` would be served to a
+        run that allows only the search host ``127.0.0.1:Q``, and a ``blocked`` stored there to ``allow_private``."""
         normal = normal_url(url)
         key: dict[str, object] = {"url": normal, "max_bytes": self.max_bytes, "robots": self.respect_robots}
         allowed = {urlsplit(normal_url(f"http://{host}")).netloc for host in self.allowed_hosts}
-        if self.allow_private or urlsplit(normal).netloc in allowed:
+        if self.allow_private:
             key["reach"] = "private allowed"
+        elif urlsplit(normal).netloc in allowed:
+            key["reach"] = "host allowed"
         return key
 
     def _fetch_recordable(self, url: str) -> dict[str, str]:

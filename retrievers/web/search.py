@@ -96,6 +96,9 @@ class WebSearchRetriever:
             that turns opened pages into notes on the question; ``None`` (default): pages are returned whole.
         price_per_1k: US dollars per 1,000 requests, for the record's cost estimate (default: the backend's list
             price, see docs/web.md).
+        check_on_start: whether the composition root (``gym.make``, the CLI, the trainers) calls
+            :meth:`check_reachable` when it builds this retriever (never in ``cache_mode="replay"``, which is
+            offline); ``False`` for a backend started later.
     """
 
     #: The registry name, also part of every record key.
@@ -134,6 +137,7 @@ class WebSearchRetriever:
         pages: dict[str, Any] | None = None,
         summariser: dict[str, Any] | None = None,
         price_per_1k: float | None = None,
+        check_on_start: bool = True,
     ):
         url = url or self.default_url
         if not url or not str(url).startswith(("http://", "https://")):
@@ -155,6 +159,7 @@ class WebSearchRetriever:
         self._retrier = Retrier(policy, seed, unavailable=RetrievalUnavailable)
         price = self.list_price_per_1k if price_per_1k is None else float(price_per_1k)
         self.record = AnswerStore(cache, cache_mode, price_per_1k=price)
+        self.check_on_start = bool(check_on_start) and self.record.mode != "replay"
         if pages is not None and not isinstance(pages, dict):
             raise ValueError(f"pages must be a mapping of PageReader options, got {pages!r}")
         # A stand-in or a self-hosted instance on this machine serves the result pages too: its host is allowed,
@@ -185,6 +190,24 @@ class WebSearchRetriever:
     def stats(self) -> dict[str, Any]:
         """The record's counters (hits, API calls, estimated cost, replay misses) and the page reader's."""
         return {**self.record.stats(), "search_requests": self.requests, "page_requests": self.pages.requests}
+
+    def check_reachable(self, timeout: float = 5.0) -> None:
+        """Raise ``ConnectionError`` naming the URL and the fix unless a server answers at :attr:`url`.
+
+        One ``HEAD`` request without the key, no retries, ``timeout`` seconds: any HTTP answer will do (no search
+        is spent), so a dead or mistyped address fails before work starts instead of costing every search its
+        retry window."""
+        import httpx
+
+        try:
+            with http_client(timeout=timeout) as client:
+                client.head(self.url)
+        except httpx.HTTPError as exc:
+            raise ConnectionError(
+                f"retriever {self.name!r}: nothing answers at {self.url} ({type(exc).__name__}: "
+                f"{scrub_key(str(exc), self._key) or 'no detail'}); fix url=, replay a record offline "
+                "(cache=..., cache_mode='replay'), or pass check_on_start=False for a backend started later"
+            ) from None
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         """The top-``k`` web results per query; blank queries get ``[]`` without a request."""

@@ -88,9 +88,9 @@ def build_parser(load: Iterable[str] = ()) -> argparse.ArgumentParser:
 
     ``build_parser(COMMANDS)`` builds every command (for the reference docs); :func:`main` builds the one it runs.
     """
-    from searchenv.cli.parsers import CommandParser, HelpFormatter
+    from searchenv.cli.parsers import CommandParser, HelpFormatter, TopParser
 
-    parser = argparse.ArgumentParser(
+    parser = TopParser(
         prog="searchenv",
         description="Reasoning-and-search environments for RL on LLMs (SearchQA-v0). "
         "Run `searchenv COMMAND --help` for a command's options and defaults.",

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["CommandParser", "HelpFormatter"]
+__all__ = ["CommandParser", "HelpFormatter", "TopParser", "unrecognized"]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -21,6 +21,17 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if nothing or action.default is argparse.SUPPRESS or "%(default)" in (action.help or ""):
             return action.help or ""
         return super()._get_help_string(action) or ""
+
+
+def unrecognized(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
+    """The error for words ``parser`` does not take, with the nearest of its options to the first unknown one
+    (``--modle`` → ``--model``): every command's parser says it the same way."""
+    from searchenv.checks import did_you_mean
+
+    options = [option for action in parser._actions for option in action.option_strings]
+    unknown = next((word.split("=", 1)[0] for word in extras if word.startswith("-")), None)
+    hint = did_you_mean(unknown, options) if unknown else ""
+    return f"unrecognized arguments: {' '.join(extras)}{hint}"
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -50,3 +61,26 @@ class CommandParser(argparse.ArgumentParser):
             return super().parse_known_args(args, namespace)
         finally:
             self._defaults_from_argv = hook
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(unrecognized(self, extras))
+        return parsed
+
+
+class TopParser(argparse.ArgumentParser):
+    """The ``searchenv`` parser: words a command does not take are reported by that command's parser (its usage,
+    ``searchenv eval: error: ...``) with the nearest option, not by the top parser."""
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            commands = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction))
+            command = commands.choices.get(getattr(parsed, commands.dest, None) or "", self)
+            command.error(unrecognized(command, extras))
+        return parsed

@@ -159,8 +159,10 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m searchenv.retrievers.server ARGV``: the same as ``searchenv serve ARGV``."""
-    parser = argparse.ArgumentParser(prog="python -m searchenv.retrievers.server")
-    sub = parser.add_subparsers(dest="command")
+    from searchenv.cli.parsers import CommandParser, TopParser
+
+    parser = TopParser(prog="python -m searchenv.retrievers.server")
+    sub = parser.add_subparsers(dest="command", parser_class=CommandParser)
     add_serve_parser(sub)
     args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
     return run_handler(run_serve, args, parser.prog)

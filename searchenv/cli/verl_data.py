@@ -19,6 +19,7 @@ from typing import Any
 
 from searchenv.adapters.rows import build_rows, write_paper_datasets, write_rows
 from searchenv.cli.options import add_dataset_arguments
+from searchenv.cli.parsers import CommandParser
 from searchenv.env.defaults import env_default
 
 __all__ = ["add_parser", "main", "write_datasets"]
@@ -80,7 +81,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:
-    parser = argparse.ArgumentParser(prog="searchenv verl-data", description=_DESCRIPTION)
+    parser = CommandParser(prog="searchenv verl-data", description=_DESCRIPTION)
     _add_arguments(parser)
     args = parser.parse_args(argv)
     try:

@@ -45,6 +45,9 @@ class Cell:
     max_information_words, reward, temperature, top_p, token caps); they are stored with every record so that a
     rerun with different settings cannot silently mix results. ``sample`` is which draw of each question this cell
     plays (0 unless several are drawn); it is not a setting, so drawing more samples later keeps the earlier ones.
+    ``split`` (of a named dataset; ``None`` for a file)
+    and ``source`` (the file's absolute path; ``None`` for a name) go into every record too, so that a record says
+    which questions it answered: ``train-sft --transcripts`` refuses held-out ones.
     """
 
     policy: str
@@ -56,6 +59,8 @@ class Cell:
     train_retriever: str | None = None
     mismatches: list[str] = field(default_factory=list)
     sample: int = 0
+    split: str | None = None
+    source: str | None = None
 
 
 def record_key(
@@ -155,24 +160,34 @@ class TranscriptStore:
 def exclusive_output(folder: Path) -> Iterator[None]:
     """Hold ``folder`` for one evaluation run: a second run into it stops with a clear message instead of
     interleaving its lines with this one's. The lock (``flock`` on ``folder/.lock``) is released on exit, and by
-    the operating system if the process dies; where ``flock`` does not exist (Windows) nothing is locked."""
+    the operating system if the process dies; where ``flock`` does not exist (Windows) nothing is locked. A run
+    that ends having written nothing (an error before the first episode) removes the lock file, and the folder if
+    it made it, so a failed command leaves nothing behind."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX
         yield
         return
+    made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
-    with (folder / ".lock").open("w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(
-                f"another searchenv eval is writing to {folder}; wait for it to finish or pass another --output"
-            ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    lock = folder / ".lock"
+    try:
+        with lock.open("w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RuntimeError(
+                    f"another searchenv eval is writing to {folder}; wait for it to finish or pass another --output"
+                ) from None
+            try:
+                yield
+            finally:
+                if [p.name for p in folder.iterdir()] == [lock.name]:
+                    lock.unlink()
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        if made and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def episode_record(cell: Cell, record_id: str, env: Any, prompt: str, response_tokens: int) -> dict[str, Any]:
@@ -188,6 +203,8 @@ def episode_record(cell: Cell, record_id: str, env: Any, prompt: str, response_t
         "method": cell.method,
         "retriever": cell.retriever,
         "dataset": cell.dataset,
+        "split": cell.split,
+        "source": cell.source,
         "id": record_id,
         "sample": cell.sample,
         "train_retriever": cell.train_retriever,

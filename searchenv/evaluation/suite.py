@@ -23,6 +23,7 @@ from searchenv.evaluation.baselines import METHODS
 from searchenv.evaluation.checkpoint import (
     CHAT_TEMPLATE_WORDS,
     REPLAYED,
+    RUN_FILE,
     TOKEN_BUDGET,
     read_run_settings,
     replay_settings,
@@ -98,18 +99,30 @@ def _methods(args: argparse.Namespace) -> list[str]:
     return methods
 
 
-def _datasets(args: argparse.Namespace, limit: int | None) -> dict[str, list[tuple[str, QAExample]]]:
+@dataclass(frozen=True)
+class _Questions:
+    """One ``--datasets`` item: its questions, its split (``None`` for a file, which has none) and, for a file, its
+    absolute path; the last two go into every record."""
+
+    examples: list[tuple[str, QAExample]]
+    split: str | None
+    source: str | None
+
+
+def _datasets(args: argparse.Namespace, limit: int | None) -> dict[str, _Questions]:
     from searchenv.data.datasets import HUB_DATASETS, load_dataset
 
-    out: dict[str, list[tuple[str, QAExample]]] = {}
+    out: dict[str, _Questions] = {}
     for name in _csv(args.datasets):
+        named = name in HUB_DATASETS or name == "world"
         split = args.split or (eval_split(name) if name in HUB_DATASETS else "test")
         examples = load_dataset(name, split, data_dir=args.data_dir)
-        label = name if name in HUB_DATASETS or name == "world" else Path(name).stem
+        label = name if named else Path(name).stem
         ids = [e.id for e in examples]
         unique = len(set(ids)) == len(ids)
         chosen = subsample(len(examples), limit, args.seed)
-        out[label] = [(examples[i].id if unique else f"#{i}", examples[i]) for i in chosen]
+        picked = [(examples[i].id if unique else f"#{i}", examples[i]) for i in chosen]
+        out[label] = _Questions(picked, split if named else None, None if named else str(Path(name).resolve()))
     if not out:
         raise ValueError("--datasets is empty")
     needs_corpus = [d for d in out if d != "world"]
@@ -175,6 +188,9 @@ def _settings(
     trained = read_run_settings(model.path) if args.policy != "endpoint" else {}
     requested = {key: getattr(args, key) for key in REPLAYED}
     settings, mismatches = replay_settings(trained, requested, defaults)
+    replayed = [f"{key} {settings[key]}" for key in REPLAYED if key in trained and requested.get(key) is None]
+    if replayed:
+        print(f"searchenv eval: {model.label} replays its {RUN_FILE}: {', '.join(replayed)}", file=sys.stderr)
     settings["chat_template"] = CHAT_TEMPLATE_WORDS.get(settings["chat_template"], settings["chat_template"])
     settings["reward"] = args.reward
     settings.update(temperature=args.temperature, top_p=args.top_p)
@@ -247,6 +263,11 @@ def run_eval(args: argparse.Namespace) -> int:
         _write_report(store, Path(args.output), args.no_plot)
         return 0
     models = [ModelSpec.parse(m) for item in (args.model or ["smollm2-135m"]) for m in _csv(item)]
+    if args.policy == "local":  # a mistyped --model costs no index build and leaves no output folder
+        from searchenv.rollout.models import check_model
+
+        for model in models:
+            check_model(model.path)
     methods = _methods(args)
     retriever_names = list(args.retrievers)
     flags = [(key, value) for key in getattr(args, "retriever_flags", ()) if (value := getattr(args, key)) is not None]
@@ -272,7 +293,7 @@ def run_eval(args: argparse.Namespace) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
-        questions = sum(len(v) for v in datasets.values())
+        questions = sum(len(v.examples) for v in datasets.values())
         total = len(models) * len(retriever_names) * len(methods) * questions * args.samples
         progress = EvalProgress(total)
         previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` and job schedulers stop as cleanly as Ctrl-C
@@ -329,7 +350,7 @@ def _run_model(
     model: ModelSpec,
     defaults: dict[str, Any],
     methods: list[str],
-    datasets: dict[str, list[tuple[str, QAExample]]],
+    datasets: dict[str, _Questions],
     retrievers: dict[str, Any],
     store: TranscriptStore,
     judge: Any,
@@ -341,7 +362,8 @@ def _run_model(
         print(f"warning: {model.label}: {m} (asked for; the checkpoint's own setting differs)", file=sys.stderr)
     policy = None
     for retriever, engine in retrievers.items():
-        for label, examples in datasets.items():
+        for label, questions in datasets.items():
+            examples = questions.examples
             for method in methods:
                 for sample in range(args.samples):
                     key = (model.label, method, retriever, label)
@@ -350,7 +372,8 @@ def _run_model(
                     if not pending:
                         continue
                     policy = policy or _policy(args, model, settings, progress)
-                    cell = Cell(*key, examples, settings, trained_on, mismatches, sample)
+                    split, source = questions.split, questions.source
+                    cell = Cell(*key, examples, settings, trained_on, mismatches, sample, split=split, source=source)
                     run_cell(cell, policy, engine, store, batch_size=args.batch_size, judge=judge, progress=progress)
 
 

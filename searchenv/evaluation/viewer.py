@@ -3,7 +3,10 @@
 One card per episode (question, gold vs prediction, reward parts, the response with think / search / information /
 answer styled apart), a summary table on top, and filters (correct, wrong, no answer; number of searches; dataset;
 method; retriever) that also live in the URL hash (``out.html#status=wrong&searches=0``), so a filtered view can be
-linked. Every piece of text from the transcripts is HTML-escaped; the page loads nothing from the network.
+linked. The summary follows the filters: it is :func:`~searchenv.evaluation.report.summarize` of the episodes shown
+(one table per answer / searches choice, written here, with its rows shown by dataset, method and retriever), so
+its metrics are never computed a second time in the page's script. Every piece of text from the transcripts is
+HTML-escaped; the page loads nothing from the network.
 """
 
 from __future__ import annotations
@@ -59,6 +62,11 @@ function apply(){const want={};for(const k of keys){want[k]=document.getElementB
  let shown=0;for(const c of cards){let ok=true;
   for(const k of keys){if(want[k]!=='all'&&c.dataset[k]!==want[k])ok=false;}
   c.hidden=!ok;if(ok)shown++;}
+ for(const t of document.querySelectorAll('table.summary')){
+  t.hidden=t.dataset.status!==want.status||t.dataset.searches!==want.searches;
+  for(const r of t.querySelectorAll('tr[data-dataset]')){let ok=true;
+   for(const k of ['dataset','method','retriever']){if(want[k]!=='all'&&r.dataset[k]!==want[k])ok=false;}
+   r.hidden=!ok;}}
  document.getElementById('shown').textContent=shown;
  const p=new URLSearchParams();for(const k of keys){if(want[k]!=='all')p.set(k,want[k]);}
  const h=p.toString();if(('#'+h)!==location.hash&&!(h===''&&location.hash===''))history.replaceState(null,'','#'+h);}
@@ -157,16 +165,35 @@ def _select(key: str, label: str, values: Sequence[str]) -> str:
 
 
 def _summary(records: Sequence[Mapping[str, Any]]) -> str:
+    """One table per (answer, searches) filter choice, each the summary of the episodes that choice shows; the
+    rows carry their dataset, method and retriever for the other three filters."""
+    tables = []
+    for status in ("all", "correct", "wrong", "noanswer"):
+        for searches in ("all", "0", "1", "2", "3"):
+            chosen = [
+                r
+                for r in records
+                if status in ("all", _status(r)) and searches in ("all", str(min(int(r.get("num_searches", 0)), 3)))
+            ]
+            hidden = "" if status == searches == "all" else " hidden"
+            attributes = f'class="summary" data-status="{status}" data-searches="{searches}"{hidden}'
+            tables.append(f"<table {attributes}>{_summary_rows(chosen)}</table>")
+    return "".join(tables)
+
+
+def _summary_rows(records: Sequence[Mapping[str, Any]]) -> str:
+    if not records:
+        return "<tr><td>no episode is shown</td></tr>"
     rows = summarize(records)
     keys = shown_metrics(rows)
     names = ["policy", "method", "retriever", "dataset", *(h for _, h, _ in keys)]
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in names)
-    body = []
+    out = ["<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in names) + "</tr>"]
     for r in rows:
         cells = [r["policy"], r["method"], r["retriever"], r["dataset"]]
         cells += [format_value(r[k], d) for k, _, d in keys]
-        body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+        data = " ".join(f'data-{k}="{html.escape(str(r[k]))}"' for k in ("dataset", "method", "retriever"))
+        out.append(f"<tr {data}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    return "".join(out)
 
 
 def render_html(records: Sequence[Mapping[str, Any]], title: str = "searchenv transcripts") -> str:

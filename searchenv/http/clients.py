@@ -1,6 +1,8 @@
 """The one HTTP client setup: every searchenv client is an ``httpx`` client built here, the same way.
 
-A client gets a timeout, a connection pool of ``pool_size`` connections kept alive between requests, its
+A client gets a timeout — a number is one overall deadline per request, connect to last byte
+(:mod:`searchenv.http.deadline`; httpx alone bounds each read, and a dripping server is never done) — a
+connection pool of ``pool_size`` connections kept alive between requests, its
 headers (a key travels only in a header), and redirects off unless asked. Synchronous clients serve threads
 (the retrieval client, the web search backends, the page reader); asynchronous ones serve event loops (the
 LLM client). An ``httpx.AsyncClient`` belongs to the event loop that first used it, so :class:`LoopClients`
@@ -11,10 +13,13 @@ batches), and a loop never touches another loop's sockets.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from searchenv.http.deadline import deadline, with_deadlines
 
 if TYPE_CHECKING:
     import httpx
@@ -23,14 +28,50 @@ __all__ = ["LoopClients", "async_http_client", "http_client"]
 
 
 def _options(
-    timeout: float | httpx.Timeout, headers: Mapping[str, str] | None, pool_size: int | None, follow_redirects: bool
+    timeout: float | httpx.Timeout, headers: Mapping[str, str] | None, follow_redirects: bool
 ) -> dict[str, Any]:
+    return {"timeout": timeout, "headers": dict(headers or {}), "follow_redirects": follow_redirects}
+
+
+def _limits(pool_size: int | None) -> dict[str, Any]:
     import httpx
 
-    options: dict[str, Any] = {"timeout": timeout, "headers": dict(headers or {}), "follow_redirects": follow_redirects}
-    if pool_size is not None:
-        options["limits"] = httpx.Limits(max_connections=pool_size, max_keepalive_connections=pool_size)
-    return options
+    if pool_size is None:
+        return {}
+    return {"limits": httpx.Limits(max_connections=pool_size, max_keepalive_connections=pool_size)}
+
+
+def _overall(timeout: float | httpx.Timeout) -> float | None:
+    """The request deadline a client's ``timeout`` sets: a number is one; an ``httpx.Timeout`` keeps httpx's
+    per-operation meaning (its caller bounds the whole, as the page reader does)."""
+    return float(timeout) if isinstance(timeout, (int, float)) else None
+
+
+@functools.cache
+def _client_classes() -> tuple[type, type]:
+    """``httpx.Client`` and ``httpx.AsyncClient`` whose ``send`` (every request method goes through it) runs
+    inside the client's request deadline (made on first use: importing this module needs no httpx)."""
+    import httpx
+
+    class Client(httpx.Client):
+        def __init__(self, *, deadline_s: float | None, **options: Any):
+            super().__init__(**options)
+            self.deadline_s = deadline_s
+
+        def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+            with deadline(self.deadline_s):
+                return super().send(request, **kwargs)
+
+    class AsyncClient(httpx.AsyncClient):
+        def __init__(self, *, deadline_s: float | None, **options: Any):
+            super().__init__(**options)
+            self.deadline_s = deadline_s
+
+        async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+            with deadline(self.deadline_s):
+                return await super().send(request, **kwargs)
+
+    return Client, AsyncClient
 
 
 def http_client(
@@ -39,16 +80,17 @@ def http_client(
     headers: Mapping[str, str] | None = None,
     pool_size: int | None = None,
     follow_redirects: bool = False,
-    transport: httpx.BaseTransport | None = None,
+    transport: httpx.HTTPTransport | None = None,
 ) -> httpx.Client:
-    """A pooled synchronous client (``pool_size=None``: httpx's default pool of 100 connections); ``transport``
-    replaces httpx's own (the page reader's connects only to the addresses it checked)."""
+    """A pooled synchronous client (``pool_size=None``: httpx's default pool); ``transport`` replaces httpx's own
+    (the page reader's connects only to the addresses it checked). A number ``timeout`` is each request's
+    deadline, whatever the transport."""
     import httpx
 
-    options = _options(timeout, headers, pool_size, follow_redirects)
-    if transport is not None:
-        options["transport"] = transport
-    return httpx.Client(**options)
+    client_class, _ = _client_classes()
+    transport = transport if transport is not None else httpx.HTTPTransport(**_limits(pool_size))
+    options = _options(timeout, headers, follow_redirects)
+    return client_class(deadline_s=_overall(timeout), transport=with_deadlines(transport), **options)
 
 
 def async_http_client(
@@ -58,10 +100,14 @@ def async_http_client(
     pool_size: int | None = None,
     follow_redirects: bool = False,
 ) -> httpx.AsyncClient:
-    """A pooled asynchronous client; use it from one event loop only (see :class:`LoopClients`)."""
+    """A pooled asynchronous client, each request within a number ``timeout``; use it from one event loop only
+    (see :class:`LoopClients`)."""
     import httpx
 
-    return httpx.AsyncClient(**_options(timeout, headers, pool_size, follow_redirects))
+    _, client_class = _client_classes()
+    transport = with_deadlines(httpx.AsyncHTTPTransport(**_limits(pool_size)))
+    options = _options(timeout, headers, follow_redirects)
+    return client_class(deadline_s=_overall(timeout), transport=transport, **options)
 
 
 class LoopClients:

@@ -30,8 +30,11 @@ class HFGenerator:
     turn: prompt, earlier turns, the action just sampled) and feeds the model only what is new since (the
     environment's block, the next turn's first token). Rows of one batch sit at different lengths: a 2-D attention
     mask marks which cache slots each row reads and position ids count its own tokens, so padding anywhere costs
-    memory but never changes a result. The cache is dropped when the weights change (an optimizer step, detected by
-    the parameters' in-place version counters) and replaced by each call's rows, so it holds one batch at most.
+    memory but never changes a result. The cache is dropped when the weights change and replaced by each call's rows,
+    so it holds one batch at most. A change is detected by the parameters' version counters and storage (an
+    optimizer step, ``load_state_dict``, ``torch.no_grad(): p.copy_(w)``, ``p.data = w``); a write *through*
+    ``p.data`` in place (``p.data.copy_(w)``, as some external weight syncs do) changes neither, so whoever writes
+    weights that way calls :meth:`refresh` after it.
 
     Log-probabilities are taken from the processed distribution (after temperature and top-p, as ``transformers``'
     ``TopPLogitsWarper`` cuts it): the log-probability of each sampled token under the distribution it was drawn
@@ -55,12 +58,18 @@ class HFGenerator:
         self.tokenizer = tokenizer
         self.sampling = sampling
         self.dtype = dtype
-        self._copy: tuple[int, Any] | None = None  # (weights version, the copy in ``dtype``)
+        self._copy: tuple[tuple[int, int], Any] | None = None  # (weights version, the copy in ``dtype``)
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token = tokenizer.eos_token first")
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [eos]) - {None}
+        self._cache = _PrefixCache()
+
+    def refresh(self) -> None:
+        """Forget the KV cache and the ``dtype`` copy: the weights changed in a way no counter shows (an in-place
+        write through ``param.data``). The next call prefills its contexts and copies the weights again."""
+        self._copy = None
         self._cache = _PrefixCache()
 
     def generate(
@@ -84,7 +93,7 @@ class HFGenerator:
         finally:
             model.train(was_training)
 
-    def _sampler(self, version: int) -> Any:
+    def _sampler(self, version: tuple[int, int]) -> Any:
         """The model that samples: the training model, or its copy in ``dtype`` for these weights."""
         if self.dtype is None or self.dtype == next(self.model.parameters()).dtype:
             return self.model
@@ -181,9 +190,11 @@ def _stopped(generator: HFGenerator, ids: list[int], stops: list[str], window: i
     return any(stop in tail for stop in stops)
 
 
-def _weights_version(model: Any) -> int:
-    """A number that changes whenever a parameter is updated in place (an optimizer step, ``load_state_dict``)."""
-    return sum(p._version for p in model.parameters())
+def _weights_version(model: Any) -> tuple[int, int]:
+    """A key that changes whenever a parameter is updated in place (an optimizer step, ``load_state_dict``) or
+    given new storage (``p.data = w``); writes through ``p.data`` in place need :meth:`HFGenerator.refresh`."""
+    parameters = list(model.parameters())
+    return sum(p._version for p in parameters), hash(tuple(p.data_ptr() for p in parameters))
 
 
 class _PrefixCache:
@@ -193,9 +204,9 @@ class _PrefixCache:
         self.layers: list[tuple[Any, Any]] = []  # (keys, values) per layer: [rows, heads, slots, head_dim]
         self.mask: Any = None  # [rows, slots]: 1 where a row's slot holds one of its tokens
         self.rows: list[list[int]] = []
-        self.version: int | None = None
+        self.version: tuple[int, int] | None = None
 
-    def prepare(self, contexts: list[list[int]], version: int, device: Any) -> _Batch:
+    def prepare(self, contexts: list[list[int]], version: tuple[int, int], device: Any) -> _Batch:
         """A batch cache for ``contexts``: each starts from the cached row sharing its longest prefix (at least the
         context's last token is always fed again, to get its logits), or from nothing."""
         import torch
