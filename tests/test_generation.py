@@ -298,6 +298,21 @@ def test_sampled_rows_stop_at_their_own_stop_string_and_report_sampler_logprobs(
     ]  # seeded sampling repeats
 
 
+def test_draw_samples_each_token_at_its_probability_and_never_a_cut_one():
+    """The sampler's one-uniform-per-row draw: frequencies match the distribution, a token of probability 0 (cut by
+    top-p) never comes up, and seeded draws repeat."""
+    from searchenv.rollout.engines import draw
+
+    probabilities = torch.tensor([0.5, 0.0, 0.3, 0.2])
+    torch.manual_seed(0)
+    tokens = draw(probabilities.log().expand(40_000, 4))
+    counts = torch.bincount(tokens, minlength=4) / 40_000
+    assert counts[1] == 0
+    assert counts.tolist() == pytest.approx(probabilities.tolist(), abs=0.01)
+    torch.manual_seed(0)
+    assert draw(probabilities.log().expand(1000, 4)).tolist() == tokens[:1000].tolist()  # seeded draws repeat
+
+
 def test_load_policy_gives_float32_master_weights_for_a_bf16_checkpoint(smollm2_tokenizer, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
