@@ -36,7 +36,7 @@ SearchStatus = Literal["executed", "failed", "skipped"]
 OpenStatus = Literal["executed", "failed", "skipped"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Turn:
     """One action and the environment's answer to it: a record, one per action, never changed once appended.
 
@@ -74,7 +74,7 @@ class Turn:
         return self.opened == "executed"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Facts:
     """The facts every reward, metric and ``info`` field reads, derived from the turns and nothing else.
 
