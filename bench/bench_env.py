@@ -13,9 +13,14 @@
 
     python bench/bench_env.py [--steps 20000] [--num-envs 64] [--vec-steps 30] [--rounds 12 --block 3000]
     python bench/bench_env.py --long-episodes 20   # 3. only: the step cost along 4- and 32-turn episodes
+    python bench/bench_env.py --breakdown 6        # 4. only: what each part of the answer step costs
 
 3. Long episodes: 4 and 32 turns of 1,500 think words each (searching, then answering), the whole episode's
    stepping time and the first and last non-final step's: a step must cost the same late in an episode as early.
+
+4. Breakdown: the `em` answer step in its phases (read the action; the turn and the episode's facts; the reward
+   spec, and within it the answer scores and the format grammar; metrics and ``info``), each timed on the same
+   inputs as skyrl-gym's answer step, in blocks alternating with it; the figure is the median block's p50.
 
 For a steadier ratio on a shared machine, pin it to one core: ``taskset -c 1 python bench/bench_env.py``.
 """
@@ -136,6 +141,57 @@ def alternating(rounds: int, block: int, corpus: Corpus) -> dict[str, tuple[list
     return blocks
 
 
+def breakdown(rounds: int, block: int, corpus: Corpus) -> list[tuple[str, list[float]]]:
+    """The answer step's phases on the NQ inputs, each phase's p50 per block, blocks alternating with
+    skyrl-gym's answer step (whose p50s come last, under its own name)."""
+    from searchenv.env.step_rules import plan_step, score_outcomes, step_outcome
+    from searchenv.reward_specs.format_check import check_format
+    from searchenv.reward_specs.metrics import answer_scores
+
+    examples = inputs()["NQ"]
+    env = SearchQAEnv(dataset=examples, retriever=ReadyPassages(corpus), reward="em")
+    answers = [ANSWER.format(a=example.golden_answers[0]) for example in examples]
+    names = (
+        "read the action (parse, plan)",
+        "the turn and the episode's facts (counts, think 4-grams, texts)",
+        "the reward spec: every part",
+        "  of which the answer scores (EM, F1, cover-EM)",
+        "  of which the format grammar",
+        "metrics and `info` (apply)",
+        "searchenv answer step, whole",
+    )
+    phases: dict[str, list[float]] = {name: [] for name in (*names, "skyrl-gym answer step")}
+    clock = time.perf_counter_ns
+    for _ in range(rounds):
+        samples: list[list[int]] = [[] for _ in names]
+        for i in range(block):
+            env.reset(options={"index": i % len(examples)})
+            episode, action = env.episode, answers[i % len(examples)]
+            t0 = clock()
+            plan = plan_step(env, episode, action)
+            t1 = clock()
+            outcome = step_outcome(env, episode, plan, None, score=False)
+            t2 = clock()
+            score_outcomes([env.reward_spec], [outcome])
+            t3 = clock()
+            answer_scores(outcome.facts.prediction, episode.example.golden_answers)  # type: ignore[union-attr]
+            t4 = clock()
+            check_format(outcome.facts.response, env.protocol)  # type: ignore[union-attr]
+            t5 = clock()
+            env.apply_step(outcome)
+            t6 = clock()
+            env.reset(options={"index": i % len(examples)})
+            t7 = clock()
+            env.step(action)
+            t8 = clock()
+            for kept, spent in zip(samples, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t8 - t7)):
+                kept.append(spent)
+        for name, kept in zip(names, samples):
+            phases[name].append(percentiles(kept)[0])
+        phases["skyrl-gym answer step"].append(percentiles(_skyrl_answer(examples, block)[0])[0])  # type: ignore[index]
+    return list(phases.items())
+
+
 def _time_resets(env: SearchQAEnv, steps: int) -> list[int]:
     samples = []
     for i in range(steps):
@@ -231,6 +287,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12, help="alternating answer-step blocks vs skyrl-gym (0: skip)")
     parser.add_argument("--block", type=int, default=3_000, help="steps per alternating block")
     parser.add_argument(
+        "--breakdown", type=int, default=0, help="only time the answer step's phases, this many blocks (0: no)"
+    )
+    parser.add_argument(
         "--long-episodes",
         type=int,
         default=0,
@@ -238,6 +297,16 @@ def main() -> None:
     )
     args = parser.parse_args()
     corpus = Corpus.from_jsonl(SHARED / "corpus" / "flashrag_sample.jsonl")
+    if args.breakdown:
+        rows = breakdown(args.breakdown, args.block, corpus)
+        peer = statistics.median(rows[-1][1])
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"NQ answer step, {args.breakdown} blocks of {args.block} alternating with skyrl-gym; load {load}")
+        print("| part | median block p50 µs (blocks) | × skyrl-gym's whole step |\n|---|---|---|")
+        for name, p50s in rows:
+            spread = f"{min(p50s):.1f}–{max(p50s):.1f}"
+            print(f"| {name} | {statistics.median(p50s):.1f} ({spread}) | {statistics.median(p50s) / peer:.2f} |")
+        return
     if args.long_episodes:
         print("| turns x think words | episode ms (median) | first step µs | last non-final step µs |")
         print("|---|---|---|---|")

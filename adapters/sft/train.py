@@ -41,7 +41,8 @@ _SFT_HELP = {
     "warmup_steps": "steps of linear warm-up",
     "max_grad_norm": "gradients are clipped to this global norm",
     "trainable_layers": "train only the top N decoder layers and the final norm (0: every weight)",
-    "bf16": "bfloat16 autocast for forward passes (weights stay float32): GPUs, and CPUs with bf16 units (AMX)",
+    "bf16": "bfloat16 autocast for forward passes (weights stay float32): GPUs, and CPUs with bf16 units (AMX or "
+    "AVX-512 bf16); elsewhere --no-bf16",
     "seed": "seed of the demonstrations' order and of torch",
     "max_tokens": "refuse a demonstration of more tokens (prompt and transcript) than this, before the model loads",
 }

@@ -49,7 +49,7 @@ class SFTConfig:
         chat_template: whether prompts go in the tokenizer's chat template (:func:`searchenv.encode_prompt`);
             it must be what the rollouts that follow use.
         bf16: forward passes under bfloat16 autocast (weights and optimizer stay float32): GPUs, and CPUs with
-            bf16 units (AMX), where a step takes about a third of the time.
+            bf16 units (AMX or AVX-512 bf16; with AMX a step took about a third of the time). Off elsewhere.
         seed: seeds the order of demonstrations and torch.
         max_tokens: the most tokens (prompt and transcript) of one demonstration; a longer one is refused by
             :func:`tokenize_demonstrations`, naming it, before a forward pass would allocate for it.

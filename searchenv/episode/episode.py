@@ -27,6 +27,7 @@ Author = Literal["model", "env"]
 #: context was full (``context_limit``: ``env.truncate("context_limit")``).
 EndReason = Literal["answer", "action_budget", "trainer_cut", "context_limit"]
 END_REASONS: tuple[EndReason, ...] = ("answer", "action_budget", "trainer_cut", "context_limit")
+_END_REASON_KEYS = tuple((f"end_reason/{reason}", reason) for reason in END_REASONS)  # the metric keys, made once
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +199,7 @@ def metrics_of(
         "answer_words": float(record.answer_words),
         "duplicate_search_rate": record.num_repeated_searches / record.num_searches if record.num_searches else 0.0,
         "passages_read": float("nan") if record.passages_read is None else float(record.passages_read),
-        **{f"end_reason/{reason}": float(reason == end_reason) for reason in END_REASONS},
+        **{key: float(reason == end_reason) for key, reason in _END_REASON_KEYS},
         **{f"reward/{k}": float(v) for k, v in reward_parts.items()},
     }
 

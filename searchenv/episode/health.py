@@ -12,6 +12,7 @@ show it in every episode's metrics (:func:`searchenv.episode.episode.metrics_of`
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from searchenv.protocol.scan import TagScanner
 
@@ -22,6 +23,7 @@ __all__ = [
     "count_passages",
     "count_repeated_queries",
     "repetition_ratio",
+    "think_scanner",
     "think_text",
 ]
 
@@ -46,11 +48,18 @@ def think_text(actions: Iterable[str], think_tags: tuple[str, str] | None) -> st
     Protocols without a think pair (R-Search, native tool calls) are read with ``<think>`` … ``</think>``, which
     tool-calling models write anyway; a model that writes none has thought 0 words.
     """
-    scanner = TagScanner({"think": think_tags or DEFAULT_THINK_TAGS})
+    scanner = think_scanner(think_tags)
     bodies = []
     for action in actions:
         bodies += [action[b.body_start : b.body_end].strip() for b in scanner.read(action).blocks()]
     return "\n".join(b for b in bodies if b)
+
+
+@lru_cache(maxsize=32)
+def think_scanner(think_tags: tuple[str, str] | None) -> TagScanner:
+    """The reader of a protocol's think blocks (``<think>`` … ``</think>`` when it has no think pair); one per pair,
+    shared by every episode (a scanner holds no per-text state)."""
+    return TagScanner({"think": think_tags or DEFAULT_THINK_TAGS})
 
 
 def repetition_ratio(text: str, n: int = REPEAT_NGRAM) -> float:

@@ -30,7 +30,7 @@ def _golds(golden_answers: str | Iterable[str]) -> tuple[str, ...]:
     return (golden_answers,) if isinstance(golden_answers, str) else tuple(map(str, golden_answers))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Rollout:
     """Everything a reward needs about one finished episode.
 

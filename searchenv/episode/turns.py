@@ -15,9 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from searchenv.episode.health import DEFAULT_THINK_TAGS, REPEAT_NGRAM, count_passages
+from searchenv.episode.health import REPEAT_NGRAM, count_passages, think_scanner
 from searchenv.protocol import ParsedAction, Protocol
-from searchenv.protocol.scan import TagScanner
 from searchenv.types import Passage
 
 __all__ = [
@@ -37,7 +36,7 @@ SearchStatus = Literal["executed", "failed", "skipped"]
 OpenStatus = Literal["executed", "failed", "skipped"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Turn:
     """One action and the environment's answer to it: a record, one per action, never changed once appended.
 
@@ -75,7 +74,7 @@ class Turn:
         return self.opened == "executed"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Facts:
     """The facts every reward, metric and ``info`` field reads, derived from the turns and nothing else.
 
@@ -155,7 +154,7 @@ class FactsTally:
         self.response_words = 0
         self.think_words = 0
         self._ends_in_word = False  # the model text so far ends inside a word (joined text may merge two)
-        self._think_scanner = TagScanner({"think": protocol.think_tags or DEFAULT_THINK_TAGS})
+        self._think_scanner = think_scanner(protocol.think_tags)
         self._grams: set[tuple[str, ...]] = set()
         self._gram_count = 0
         self._gram_tail: list[str] = []  # the last REPEAT_NGRAM - 1 think words: a 4-gram spans turns

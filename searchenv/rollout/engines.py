@@ -42,9 +42,11 @@ class HFGenerator:
 
     ``dtype`` (e.g. ``torch.bfloat16``) samples from a copy of the weights in that precision, made again whenever the
     weights change: a training loop keeps float32 masters and samples from the copy, as trainers sample from a bf16
-    inference engine. On a CPU with bf16 matrix units (AMX) a bf16 copy decodes about twice as fast and prefills
-    about four times as fast as float32 (docs/benchmarks.md); autocast would instead convert every weight on every
-    decoding step. The sampled tokens' log-probabilities are then the copy's.
+    inference engine. It pays on GPUs and on CPUs with bf16 units (AMX, or AVX-512 bf16): on a CPU with AMX a bf16
+    copy decoded about twice as fast and prefilled about four times as fast as float32 (docs/benchmarks.md). A CPU
+    with neither converts bf16 in software and is better left in float32 (``dtype=None``; ``--no-bf16`` on the
+    command line). Autocast would instead convert every weight on every decoding step. The sampled tokens'
+    log-probabilities are then the copy's.
     """
 
     def __init__(
