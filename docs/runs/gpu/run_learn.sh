@@ -51,8 +51,8 @@ if [ "${LEVERS:-1}" = 1 ]; then
 fi
 wait $learn
 status=$?
+kill $packer 2>/dev/null
 wait
 echo "learn exit $status after $(( $(date +%s) - started )) s"
-kill $packer 2>/dev/null
 pack
 ls -la "$out"
