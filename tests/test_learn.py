@@ -122,8 +122,9 @@ def test_the_learning_run_is_one_command_of_named_stages(tmp_path, capsys):
 
     assert main(["learn", "--dry-run", "--output", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
-    stages = [line[2:] for line in out.splitlines() if line.startswith("# ")]
+    stages = [line[2:].split(":")[0] for line in out.splitlines() if line.startswith("# ")]
     assert stages == ["sft", "worlds", "worlds", "rl", "rl", "rl", *["eval"] * 3, *["pass4"] * 3, "evidence"]
+    assert "# rl: placebo\n" in out and "# rl: rl_seed1\n" in out and "# eval: eval-world-seed2\n" in out
     assert "--retriever random" not in out and "--no-demonstration" in out and "--split test" not in out
     assert out.count("train-ppo --model") == 3 and out.count("--placebo") == 1 and "--validation 64" in out
     assert out.count("--keep-best") == 3 and "placebo=" in out and "rag,rag_trained" in out

@@ -76,6 +76,14 @@ def _searchenv(*words: str) -> tuple[str, ...]:
     return (sys.executable, "-m", "searchenv.cli", *words)
 
 
+def _product(command: tuple[str, ...]) -> str:
+    """What a command writes, for ``--dry-run``'s labels: the folder named by its ``--output``/``--output-dir``."""
+    for flag in ("--output-dir", "--output"):
+        if flag in command:
+            return Path(command[command.index(flag) + 1]).name
+    return command[3] if len(command) > 3 else ""
+
+
 def world_folders(output: Path) -> dict[str, Path | None]:
     """The held-out worlds: ``"world"`` (the embedded one, no folder) and ``world-seed<N>`` folders."""
     return {"world": None, **{f"world-seed{seed}": output / f"world-seed{seed}" for seed in HELD_OUT_WORLDS}}
@@ -242,7 +250,7 @@ def run(
     if dry_run:
         for stage in stages:
             for command in stage.commands:
-                print(f"# {stage.name}\n{shlex.join(command)}")
+                print(f"# {stage.name}: {_product(command)}\n{shlex.join(command)}")
         print("# evidence\n(per_question.csv, per_question_rl_seed1.csv, pass_at_4.csv, summary.md, plots)")
         return 0
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
