@@ -14,7 +14,7 @@ from searchenv.evaluation import suite
 from searchenv.evaluation.policies import EndpointPolicy, Generation
 from searchenv.evaluation.report import markdown_report, summarize
 from searchenv.evaluation.runner import sample_seed
-from searchenv.llm.sampling import SamplingSettings
+from searchenv.sampling import SamplingConfig
 
 GOLDS = {q.question: q.golden_answers[0] for q in default_world().dataset("test")}
 BASE = ["eval", "--datasets", "world", "--limit", "3", "--max-turns", "3", "--no-plot", "--device", "cpu"]
@@ -144,7 +144,7 @@ def test_sample_seeds_keep_draw_zero_and_differ_between_draws_and_runs():
 
 
 def test_an_endpoint_policy_reseeded_sends_the_new_seed_and_leaves_the_original():
-    policy = EndpointPolicy("http://127.0.0.1:9", "m", SamplingSettings(temperature=1.0, seed=3))
+    policy = EndpointPolicy("http://127.0.0.1:9", "m", SamplingConfig(temperature=1.0, seed=3))
     other = policy.with_seed(11)
     assert other.client.request_body("q")[1]["seed"] == 11 and other.seed == 11
     assert policy.client.request_body("q")[1]["seed"] == 3 and policy.seed == 3

@@ -123,7 +123,7 @@ def test_the_learning_run_is_one_command_of_named_stages(tmp_path, capsys):
     assert main(["learn", "--dry-run", "--output", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     stages = [line[2:].split(":")[0] for line in out.splitlines() if line.startswith("# ")]
-    assert stages == ["sft", "worlds", "worlds", "rl", "rl", "rl", *["eval"] * 3, *["pass4"] * 3, "evidence"]
+    assert stages == ["sft", "worlds", "worlds", "rl", "rl", "rl2", *["eval"] * 3, *["pass4"] * 3, "evidence"]
     assert "# rl: placebo\n" in out and "# rl: rl_seed1\n" in out and "# eval: eval-world-seed2\n" in out
     assert "--retriever random" not in out and "--no-demonstration" in out and "--split test" not in out
     assert out.count("train-ppo --model") == 3 and out.count("--placebo") == 1 and "--validation 64" in out
@@ -163,7 +163,7 @@ def test_the_learning_run_goes_end_to_end_and_resumes(tmp_path, capsys):
     assert "pass@4" in (output / "summary.md").read_text()
     capsys.readouterr()
     assert main(["learn", "--tiny", "--output", str(output)]) == 0
-    assert capsys.readouterr().out.count("already done") == 5
+    assert capsys.readouterr().out.count("already done") == 6
 
 
 # -- the stages' runner: markers, the folder lock, a child's error --------------------------------------------

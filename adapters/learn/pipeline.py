@@ -9,10 +9,12 @@ The stages, each a few ``searchenv`` commands run side by side as child processe
    hops: chaining the three and four searches the other questions need is what reinforcement learning must add.
 2. ``worlds``: the test splits of two generated worlds with new entities (:data:`.recipe.HELD_OUT_WORLDS`), so
    held-out numbers also show the policy copies what it reads rather than what it memorised.
-3. ``rl``: three runs of ``searchenv train-ppo`` from the warm start (:data:`.recipe.RL_RECIPE`, expert iteration
+3. ``rl`` and ``rl2``: three runs of ``searchenv train-ppo`` from the warm start (:data:`.recipe.RL_RECIPE`, expert iteration
    with a difficulty-filtered pool): ``rl``; ``placebo``, the same stage with each group's rewards shuffled among
    its episodes (the updates happen, without the information of which episode was right); ``rl_seed1``, a second
    seed. Each keeps its best checkpoint by validation EM on held-out *train* questions (``OUTPUT/<run>/best``).
+   On a CPU the first two run side by side and the second seed after them (each process holds ~8 GB); on a GPU
+   all three at once.
 4. ``eval``: ``searchenv eval`` of ``base`` (the untrained model), ``sft``, ``rl``, ``placebo`` and ``rl_seed1``
    greedily as the agent, as RAG (an instruction to answer from one retrieval) and as ``rag_trained`` (the
    policy's own prompt and format, one search with the question forced, then its answer), on every held-out world.
@@ -164,7 +166,17 @@ def plan(
                 str(logs / f"{name}.jsonl"),
             )
         )
-    stages.append(Stage("rl", tuple(rl_commands), tuple(logs / f"{name}.jsonl" for name in RL_RUNS)))
+    names = list(RL_RUNS)
+    # Each RL process holds ~8 GB on a CPU: two side by side fit a 24 GB machine, three do not; a GPU runs all three.
+    groups = [names] if gpu else [names[:2], names[2:]]
+    for i, group in enumerate(groups):
+        stages.append(
+            Stage(
+                "rl" if i == 0 else f"rl{i + 1}",
+                tuple(rl_commands[names.index(n)] for n in group),
+                tuple(logs / f"{n}.jsonl" for n in group),
+            )
+        )
     paths = policy_paths(output, model)
     greedy, sampled = [], []
     for world, folder in world_folders(output).items():
