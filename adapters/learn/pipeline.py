@@ -9,12 +9,12 @@ The stages, each a few ``searchenv`` commands run side by side as child processe
    hops: chaining the three and four searches the other questions need is what reinforcement learning must add.
 2. ``worlds``: the test splits of two generated worlds with new entities (:data:`.recipe.HELD_OUT_WORLDS`), so
    held-out numbers also show the policy copies what it reads rather than what it memorised.
-3. ``rl`` and ``rl2``: three runs of ``searchenv train-ppo`` from the warm start (:data:`.recipe.RL_RECIPE`, expert iteration
-   with a difficulty-filtered pool): ``rl``; ``placebo``, the same stage with each group's rewards shuffled among
-   its episodes (the updates happen, without the information of which episode was right); ``rl_seed1``, a second
-   seed. Each keeps its best checkpoint by validation EM on held-out *train* questions (``OUTPUT/<run>/best``).
-   On a CPU the first two run side by side and the second seed after them (each process holds ~8 GB); on a GPU
-   all three at once.
+3. ``rl`` and ``rl2``: three runs of ``searchenv train-ppo`` from the warm start (:data:`.recipe.RL_RECIPE`,
+   expert iteration with a difficulty-filtered pool): ``rl``; ``placebo``, the same stage with each group's
+   rewards shuffled among its episodes (the updates happen, without the information of which episode was right);
+   ``rl_seed1``, a second seed. Each keeps its best checkpoint by validation EM on held-out *train* questions
+   (``OUTPUT/<run>/best``). On a CPU the first two run side by side and the second seed after them (each process
+   holds ~8 GB); on a GPU all three at once.
 4. ``eval``: ``searchenv eval`` of ``base`` (the untrained model), ``sft``, ``rl``, ``placebo`` and ``rl_seed1``
    greedily as the agent, as RAG (an instruction to answer from one retrieval) and as ``rag_trained`` (the
    policy's own prompt and format, one search with the question forced, then its answer), on every held-out world.
