@@ -124,16 +124,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 _EPISODE_KEYS = ("protocol", "chat_template", "max_turns", "budget", "topk", "max_information_words", "max_new_tokens")
 
 
-def _ours(args: argparse.Namespace) -> dict[str, Any]:
-    ours = {key: getattr(args, key) for key in _EPISODE_KEYS}
-    return {**ours, "chat_template": chat_template(args.chat_template)}
-
-
 def _adopt_transcript_settings(args: argparse.Namespace, theirs: dict[str, Any]) -> None:
     """Make ``args`` the environment the transcripts were played in, so the checkpoint records (and ``searchenv
     eval`` replays) theirs. With ``--world`` the world's demonstrations are played under ``args`` as well, so a
     difference is refused rather than mixing two environments in one warm start."""
-    ours = _ours(args)
+    ours = {key: getattr(args, key) for key in _EPISODE_KEYS} | {"chat_template": chat_template(args.chat_template)}
     differ = {key: theirs[key] for key in _EPISODE_KEYS if key in theirs and theirs[key] != ours[key]}
     if not differ:
         return
@@ -145,7 +140,7 @@ def _adopt_transcript_settings(args: argparse.Namespace, theirs: dict[str, Any])
     if args.world:
         raise ValueError(
             f"the transcripts were played with {flags}, the world's demonstrations would be played with train-sft's "
-            f"own settings; give those options so both match, or --no-world to learn from the transcripts alone"
+            "own settings; give those options so both match, or --no-world to learn from the transcripts alone"
         )
     for key, value in differ.items():
         setattr(args, key, words[value] if key == "chat_template" else value)
@@ -169,7 +164,7 @@ def _transcripts(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any]]:
     if not found.demonstrations:
         raise ValueError(
             f"none of the {counts['read']} transcript records has a reward of --min-reward {args.min_reward:g} or "
-            "more (a NaN reward counts as none); lower --min-reward or pass a stronger teacher's transcripts"
+            "more; lower --min-reward or pass a stronger teacher's transcripts"
         )
     _adopt_transcript_settings(args, found.settings)
     return found.demonstrations, found.settings
