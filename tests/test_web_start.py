@@ -63,11 +63,12 @@ def test_the_command_line_says_it_in_one_line_and_exits_2(capsys: pytest.Capture
     code = main(["play", "--retriever", "searxng", "--retriever-option", f"url={dead}"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert err.strip().splitlines() == [
-        f"searchenv play: error: retriever 'searxng': nothing answers at {dead} (ConnectError: [Errno 111] Connection "
-        "refused); fix url=, replay a record offline (cache=..., cache_mode='replay'), or pass check_on_start=False "
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"searchenv play: error: retriever 'searxng': nothing answers at {dead} (ConnectError")
+    assert line.endswith(
+        "fix url=, replay a record offline (cache=..., cache_mode='replay'), or pass check_on_start=False "
         "for a backend started later"
-    ]
+    )
 
 
 def _without(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
