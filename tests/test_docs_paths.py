@@ -46,11 +46,12 @@ def test_the_architecture_counts_the_folders_pyproject_installs() -> None:
 
 
 def test_the_changelog_has_one_unreleased_section_with_each_kind_once() -> None:
-    """Keep a Changelog: one Unreleased section (there were two, ``Unreleased`` and ``[0.2.0] - unreleased``), and
-    within each release one subsection per kind of change."""
+    """Keep a Changelog: one unreleased section, on top (there were two, ``Unreleased`` and ``[0.2.0] - unreleased``),
+    and within each release one subsection per kind of change."""
     text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     releases = re.split(r"(?m)^## ", text)[1:]
-    assert [r.split("\n", 1)[0] for r in releases if "unreleased" in r.split("\n", 1)[0].lower()] == ["Unreleased"]
+    unreleased = [r.split("\n", 1)[0] for r in releases if "unreleased" in r.split("\n", 1)[0].lower()]
+    assert unreleased == [releases[0].split("\n", 1)[0]], unreleased  # one, and the newest (the version it will be)
     for release in releases:
         kinds = re.findall(r"(?m)^### (.+)$", release)
         assert len(kinds) == len(set(kinds)), (release.split("\n", 1)[0], kinds)
