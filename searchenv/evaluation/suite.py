@@ -277,8 +277,8 @@ def run_eval(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
     defaults, limit = _device_defaults(args)
     datasets = _datasets(args, limit)
-    for examples in datasets.values():  # hop-credit refuses questions without hop answers, before anything loads
-        check_examples_for_reward(reward, [example for _, example in examples])
+    for questions in datasets.values():  # hop-credit refuses questions without hop answers, before anything loads
+        check_examples_for_reward(reward, [example for _, example in questions.examples])
     sampling = _sampling(args, defaults)  # validates temperature / lengths
     _check_samples(args.samples, sampling.temperature)
     if args.policy == "endpoint":
