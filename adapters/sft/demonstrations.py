@@ -238,7 +238,7 @@ def transcript_settings(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         kinds = "; ".join(f"{n} with " + ", ".join(f"{k} {v}" for k, v in key) for key, n in seen.items())
         raise ValueError(
             f"the demonstrations were played under {len(seen)} different settings ({kinds}); a checkpoint records "
-            "one environment: pass transcripts of one setting (or filter them with --min-reward / separate files)"
+            "one environment: pass the transcripts of one setting (an evaluation's --output folder holds one)"
         )
     settings = {name: json.loads(value) for name, value in next(iter(seen), ())}
     for name in ("retriever", "dataset"):
