@@ -7,12 +7,7 @@ other datasets and the errors.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +17,7 @@ pytest.importorskip("openenv")
 httpx = pytest.importorskip("httpx")
 
 from openenv.core import GenericEnvClient  # noqa: E402
-from servers import free_port  # noqa: E402
+from openenv_server import openenv_server  # noqa: E402
 
 from searchenv.adapters.openenv import (  # noqa: E402
     SearchAction,
@@ -37,31 +32,8 @@ from searchenv.data.world import default_world  # noqa: E402
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     """``searchenv openenv-serve`` on a free loopback port, serving the world's test split with BM25."""
-    port = free_port()
-    command = [sys.executable, "-m", "searchenv.cli", "openenv-serve", "--split", "test", "--port", str(port)]
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - the child writes to it until it is terminated
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            if process.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"openenv-serve exited: {log.read().decode(errors='replace')[-3000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("openenv-serve did not come up in 240 s")
-            time.sleep(0.2)
+    with openenv_server("--split", "test") as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def _play(url: str, index: int, answer_of: Any, out: dict[int, Any], barrier: threading.Barrier) -> None:

@@ -197,12 +197,15 @@ class SearchQAEnvironment(Environment[SearchAction, SearchObservation, SearchSta
             metadata=_json_safe({k: v for k, v in info.items() if k not in ("golden_answers", "tools")}),
         )
 
-    def _action_text(self, action: SearchAction | Mapping[str, Any]) -> str:
-        """The text :meth:`SearchQAEnv.step` reads for ``action``; a dict is validated as a :class:`SearchAction`."""
+    def _checked(self, action: SearchAction | Mapping[str, Any]) -> SearchAction:
+        """``action`` as a :class:`SearchAction` (a dict, as the HTTP route hands it over, is validated)."""
         if self.env is None:
             raise RuntimeError("no episode yet: call reset() before step()")
-        if not isinstance(action, SearchAction):
-            action = SearchAction.model_validate(action)
+        return action if isinstance(action, SearchAction) else SearchAction.model_validate(action)
+
+    def _action_text(self, action: SearchAction) -> str:
+        """The text :meth:`SearchQAEnv.step` reads for a turn or a tool call."""
+        assert self.env is not None
         if action.text is not None:
             return action.text
         if self.env.protocol.action_format != "tool-call":
@@ -213,18 +216,22 @@ class SearchQAEnvironment(Environment[SearchAction, SearchObservation, SearchSta
         return call_action(str(action.tool), action.arguments)
 
     def step(self, action: SearchAction, timeout_s: float | None = None, **kwargs: Any) -> SearchObservation:
-        """Apply one turn; the episode's rules and reward are :meth:`SearchQAEnv.step`'s."""
-        text = self._action_text(action)
+        """Apply one turn (or end the episode); the episode's rules and reward are :meth:`SearchQAEnv.step`'s."""
+        action = self._checked(action)
         assert self.env is not None
-        return self._observe(StepResult(*self.env.step(text)))
+        if action.end is not None:
+            return self._observe(self.env.truncate(action.end))
+        return self._observe(StepResult(*self.env.step(self._action_text(action))))
 
     async def step_async(
         self, action: SearchAction, timeout_s: float | None = None, **kwargs: Any
     ) -> SearchObservation:
         """:meth:`step` without blocking the server's event loop; concurrent sessions' searches share engine calls."""
-        text = self._action_text(action)
+        action = self._checked(action)
         assert self.env is not None
-        return self._observe(await self.env.step_async(text))
+        if action.end is not None:
+            return self._observe(await self.env.truncate_async(action.end))
+        return self._observe(await self.env.step_async(self._action_text(action)))
 
     def _observe(self, result: StepResult) -> SearchObservation:
         """The observation of a step: its text, the tool's output (tool-call protocols), reward, end and info."""

@@ -9,7 +9,7 @@ a structured call (``tool`` and ``arguments``, named in the one tool vocabulary 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field, model_validator
@@ -20,7 +20,9 @@ __all__ = ["SearchAction", "SearchObservation", "SearchState"]
 
 
 class SearchAction(Action):
-    """One turn of the policy: its generated ``text``, or one structured tool call (``tool`` and ``arguments``)."""
+    """One turn of the policy — its generated ``text``, or one structured tool call (``tool`` and ``arguments``) —
+    or ``end``: the trainer's own limit stopped the episode, which is then truncated and scored
+    (:meth:`SearchQAEnv.truncate`), so every rollout a trainer stops carries the environment's reward."""
 
     text: str | None = Field(
         default=None,
@@ -32,13 +34,18 @@ class SearchAction(Action):
         description=f"a tool-call protocol's tool, by name: one of {sorted(TOOLS)} (the protocol decides which exist)",
     )
     arguments: dict[str, Any] = Field(default_factory=dict, description="the tool's arguments, e.g. {'query': ...}")
+    end: Literal["trainer_cut", "context_limit"] | None = Field(
+        default=None,
+        description="end the running episode as truncated: the trainer's turn limit ('trainer_cut') or a full "
+        "context ('context_limit')",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> SearchAction:
-        if (self.text is None) == (self.tool is None):
+        if sum(value is not None for value in (self.text, self.tool, self.end)) != 1:
             raise ValueError(
-                "a SearchAction holds either 'text' (the model's turn) or 'tool' with 'arguments' (one tool call), "
-                "not both and not neither"
+                "a SearchAction holds exactly one of 'text' (the model's turn), 'tool' with 'arguments' (one tool "
+                "call) or 'end' (truncate the episode), not both and not neither"
             )
         if self.tool is not None and tool_named(self.tool) is None:
             raise ValueError(f"unknown tool {self.tool!r}; the tools are {sorted(TOOLS)}")
