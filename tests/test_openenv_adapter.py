@@ -82,7 +82,15 @@ def test_task_api_routes_list_the_worlds_splits_and_tasks(server: str) -> None:
     assert task["question"] == default_world().dataset("train")[3].question and "golden_answers" not in task
     assert httpx.post(f"{server}/searchqa/task", json={"split": "test", "index": 100}).status_code == 400
     schema = httpx.get(f"{server}/schema").json()
-    assert {"text", "tool", "arguments"} <= set(schema["action"]["properties"])
+    assert {"text", "tool", "arguments", "end"} <= set(schema["action"]["properties"])
+
+
+def test_openenvs_own_runtime_validator_passes_the_server(server: str) -> None:
+    from openenv.cli._validation import validate_running_environment
+
+    report = validate_running_environment(server, timeout_s=60)
+    assert report["passed"], [c for c in report["criteria"] if not c.get("passed")]
+    assert report["summary"]["failed_criteria"] == []
 
 
 def test_tool_call_protocol_with_structured_calls_and_the_open_tool() -> None:
