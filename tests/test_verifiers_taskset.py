@@ -77,6 +77,8 @@ def test_score_gives_the_gold_answer_1_and_a_wrong_one_less() -> None:
     assert wrong.rewards["em"].score == 0.0 and wrong.reward < 1.0
     assert right.metrics["num_searches"] == 1.0 and right.metrics["tool_outputs_replayed"] == 1.0
     assert outputs[0].startswith("Doc 1(Title:")
+    assert json.loads(right.model_dump_json())["rewards"]["em"]["score"] == 1.0  # the trace still serialises
+    assert task._replays == {}  # each replay went from the metric to the reward, none kept
 
     f1 = next(iter(_taskset(reward="f1")))
     partial, _ = _play(f1, [], f"<answer> {gold} Atlantis </answer>")

@@ -66,29 +66,36 @@ def _tool_texts(trace: vf.Trace) -> list[str]:
 class SearchQATask(vf.Task[SearchQAData, vf.State, SearchQATaskConfig]):
     """One question to answer by searching; rewarded by the configured searchenv reward spec."""
 
+    def __init__(self, data: SearchQAData, config: SearchQATaskConfig | None = None) -> None:
+        super().__init__(data, config)
+        self._replays: dict[str, ReplayedEpisode] = {}  # trace id -> its replay, from the metric to the reward
+
     @classmethod
     def toolsets(cls, config: SearchQATaskConfig) -> list[vf.Toolset]:
         """One :class:`SearchQAToolset` per rollout, searching with the task config's engine."""
         return [SearchQAToolset(SearchQAToolsetConfig(options=config.options))]
 
-    def _replayed(self, trace: vf.Trace) -> ReplayedEpisode:
-        """The trace's episode, replayed once per trace (the reward and the metrics read the same one)."""
-        cached = trace.info.get("_searchqa_replay")
-        if not isinstance(cached, ReplayedEpisode):
+    def _replayed(self, trace: vf.Trace, keep: bool) -> ReplayedEpisode:
+        """The trace's episode, replayed once per trace: ``Task.score`` runs the metrics (``keep``: held for the
+        reward) before the rewards (which take it back). Held on the task, not in ``trace.info``, which verifiers
+        writes to traces.jsonl."""
+        cached = self._replays.pop(trace.id, None)
+        if cached is None:
             cached = replay(self.config.options.env_kwargs(), self.data.row(), _turns(trace))
-            trace.info["_searchqa_replay"] = cached
+        if keep:
+            self._replays[trace.id] = cached
         return cached
 
     @vf.reward(weight=1.0)
     async def reward(self, trace: vf.Trace) -> dict[str, float]:
         """The reward spec's score of the episode, under the spec's name (``em``, ``f1``, …)."""
-        return {self.config.options.reward: float(self._replayed(trace).episode.reward)}
+        return {self.config.options.reward: float(self._replayed(trace, keep=False).episode.reward)}
 
     @vf.metric
     async def episode(self, trace: vf.Trace) -> dict[str, float]:
         """The episode's metrics under searchenv's names (``num_searches``, ``reward/<part>``, …) and whether the
         replay returned what the model's tools returned."""
-        replayed = self._replayed(trace)
+        replayed = self._replayed(trace, keep=True)
         metrics = dict(replayed.episode.metrics())
         shown = _tool_texts(trace)
         same = len(shown) == len(replayed.tool_outputs) and all(
