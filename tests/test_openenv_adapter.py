@@ -125,6 +125,22 @@ def test_paper_set_splits_a_user_file_and_rows_of_your_own(tmp_path: Any) -> Non
     assert dataset_splits("nq") == ("train", "dev", "test") and dataset_splits("bamboogle") == ("test",)
 
 
+class _DownEngine:
+    """An engine whose every search fails, as a dead service's would."""
+
+    def search(self, queries: Any, k: int) -> Any:
+        raise ConnectionError("retrieval service at 127.0.0.1:9 refused the connection")
+
+
+def test_a_failed_search_is_reported_in_the_metadata_and_the_episode_goes_on() -> None:
+    env = SearchQAEnvironment(retriever=_DownEngine(), split="test")
+    env.reset(index=0)
+    failed = env.step(SearchAction(text="<search> Brosara founded </search>"))
+    assert "refused the connection" in failed.metadata["retrieval_error"] and not failed.done
+    final = env.step(SearchAction(text="<answer> x </answer>"))
+    assert final.done and final.metadata["episode_metrics"]["num_failed_searches"] == 1.0
+
+
 def test_bad_requests_get_one_clear_error() -> None:
     tasks = SearchQATasks({"split": "test"})
     env = SearchQAEnvironment(tasks)

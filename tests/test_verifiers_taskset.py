@@ -44,7 +44,7 @@ def _taskset(**options: Any) -> SearchQATaskset:
 def _play(task: SearchQATask, calls: list[tuple[str, dict[str, Any]]], final: str) -> tuple[Any, list[str]]:
     """A rollout as verifiers records it: the toolset answers each call, then the final message; then scoring."""
     toolset = SearchQAToolset(SearchQAToolsetConfig(options=task.config.options))
-    asyncio.run(toolset.setup_task(task))
+    asyncio.run(toolset.setup_task(task.data))  # what verifiers hands over
     nodes = [MessageNode(message=UserMessage(content=str(task.data.prompt)))]
     outputs = []
     for i, (name, arguments) in enumerate(calls):
@@ -119,7 +119,7 @@ def test_parity_with_the_environment_under_the_tool_call_protocol() -> None:
 def test_a_call_the_tool_server_refuses_never_reaches_the_replayed_episode() -> None:
     task = next(iter(_taskset()))
     toolset = SearchQAToolset(SearchQAToolsetConfig(options=task.config.options))
-    asyncio.run(toolset.setup_task(task))
+    asyncio.run(toolset.setup_task(task.data))  # what verifiers hands over
     refused = ToolCall(id="c0", name="search", arguments=json.dumps({"q": "misspelt"}))
     nodes = [
         MessageNode(message=UserMessage(content=str(task.data.prompt))),

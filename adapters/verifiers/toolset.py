@@ -44,8 +44,9 @@ class SearchQAToolset(vf.Toolset[SearchQAToolsetConfig]):
         self.env: "SearchQAEnv | None" = None
 
     async def setup_task(self, task: Any) -> None:
-        """Start the rollout's episode on the task's question (verifiers calls this once per rollout)."""
-        self.env = start_episode(self.config.options.env_kwargs(), task.data.row())
+        """Start the rollout's episode on the task's question. verifiers calls this once per rollout with the task's
+        data (a :class:`~searchenv.adapters.verifiers.taskset.SearchQAData`, fetched over its state channel)."""
+        self.env = start_episode(self.config.options.env_kwargs(), task.row())
 
     def register(self, mcp: "MCPServer") -> None:
         """Register the protocol's tools only: ``open`` exists where the protocol declares it."""
