@@ -109,6 +109,7 @@ def test_grpo_step_takes_the_servers_reward_for_gold_and_wrong_answers(server, t
     assert trainer.state.global_step == 1
     assert row[REWARD] == 0.5  # one rollout answered the gold (1.0), the other a wrong name (0.0)
     assert row["tools/call_frequency"] == 2.0  # a search and an answer per rollout
+    assert all(isinstance(env, OpenEnvSearchTools) and env._done for env in trainer.environments)
     # The server's prompt reached the model, and its search result came back as the tool message.
     first = default_world().dataset("train")[0].question
     assert any(first in p for p in prompts_seen)
@@ -139,22 +140,14 @@ def test_an_unfinished_rollout_is_truncated_and_scored_on_the_server(server):
 
 
 @pytest.mark.slow
-def test_smollm2_trains_one_grpo_step_through_the_openenv_server(server, tmp_path, monkeypatch):
-    """The packaged SmolLM2-135M samples its own turns (ChatML with the Qwen2.5 tool template) on CPU."""
-    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
-    from searchenv.rollout import load_policy
+def test_smollm2_trains_one_grpo_step_through_the_openenv_server(server, tmp_path, monkeypatch, capsys):
+    """The documented command: the packaged SmolLM2-135M samples its own turns on CPU, rewards from the server."""
+    import ast
 
-    model, tokenizer = load_policy("smollm2-135m")
-    tokenizer.chat_template = qwen2_5_chat_template  # SmolLM2 speaks ChatML; TRL's response parser knows this one
-    factory = OpenEnvToolFactory(server)
-    trainer = trl.GRPOTrainer(
-        model=model,
-        args=_config(tmp_path, max_completion_length=24, temperature=1.0),
-        train_dataset=factory.dataset("train", limit=2),
-        processing_class=tokenizer,
-        environment_factory=factory,
-    )
-    trainer.train()
-    [row] = [r for r in trainer.state.log_history if REWARD in r]
-    assert trainer.state.global_step == 1 and 0.0 <= row[REWARD] <= 1.0
-    assert all(isinstance(env, OpenEnvSearchTools) and env._done for env in trainer.environments)
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    from searchenv.adapters.openenv.trl import main
+
+    args = ["--url", server, "--limit", "2", "--steps", "1", "--max-completion-length", "24"]
+    assert main([*args, "--output-dir", str(tmp_path)]) == 0
+    logged = ast.literal_eval(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0.0 <= logged[REWARD] <= 1.0 and "tools/call_frequency" in logged

@@ -126,3 +126,78 @@ class OpenEnvToolFactory:
         return Dataset.from_list(
             [{"prompt": [{"role": "user", "content": ""}], "split": split, "index": i} for i in range(rows)]
         )
+
+
+def train(
+    url: str,
+    model: str = "smollm2-135m",
+    split: str = "train",
+    limit: int | None = 64,
+    steps: int = 2,
+    output_dir: str = "runs/trl-openenv",
+    num_generations: int = 2,
+    max_completion_length: int = 512,
+) -> Any:
+    """GRPO with TRL through the SearchQA OpenEnv server at ``url`` on the CPU (the documented smoke recipe);
+    returns the trainer. ``model`` is a checkpoint folder or the packaged alias ``"smollm2-135m"``; its chat
+    template is replaced by the Qwen2.5 one (ChatML with tools, which TRL's response parser reads)."""
+    import trl
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from searchenv.rollout import load_policy
+
+    policy, tokenizer = load_policy(model)
+    tokenizer.chat_template = qwen2_5_chat_template
+    factory = OpenEnvToolFactory(url)
+    trainer = trl.GRPOTrainer(
+        model=policy,
+        processing_class=tokenizer,
+        environment_factory=factory,
+        train_dataset=factory.dataset(split, limit=limit),
+        args=trl.GRPOConfig(
+            output_dir=output_dir,
+            use_cpu=True,
+            bf16=False,
+            per_device_train_batch_size=num_generations,
+            num_generations=num_generations,
+            max_completion_length=max_completion_length,
+            max_steps=steps,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+        ),
+    )
+    trainer.train()
+    return trainer
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m searchenv.adapters.openenv.trl --url http://127.0.0.1:8000``: :func:`train` from the command line."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m searchenv.adapters.openenv.trl", description=train.__doc__)
+    parser.add_argument("--url", default="http://127.0.0.1:8000", help="the SearchQA OpenEnv server")
+    parser.add_argument("--model", default="smollm2-135m", help="checkpoint folder or the packaged alias")
+    parser.add_argument("--split", default="train", help="the split whose tasks are the training rows")
+    parser.add_argument("--limit", type=int, default=64, help="the first N tasks of the split")
+    parser.add_argument("--steps", type=int, default=2, help="GRPO steps")
+    parser.add_argument("--num-generations", type=int, default=2, help="rollouts per question (the GRPO group)")
+    parser.add_argument("--max-completion-length", type=int, default=512, help="tokens per rollout, tools included")
+    parser.add_argument("--output-dir", default="runs/trl-openenv", help="TRL's output folder")
+    args = parser.parse_args(argv)
+    trainer = train(
+        args.url,
+        args.model,
+        args.split,
+        args.limit,
+        args.steps,
+        args.output_dir,
+        args.num_generations,
+        args.max_completion_length,
+    )
+    print({k: v for k, v in trainer.state.log_history[-2].items() if k.startswith(("reward", "tools/"))})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
