@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer training through OpenEnv: ``environment_factory`` sessions with ``searchenv openenv-serve``.
 
-The server is the real command on loopback (protocol ``tool-call-answer-tool``), the clients OpenEnv's own, the
+The server is OpenEnv's app on loopback (protocol ``tool-call-answer-tool``), the clients OpenEnv's own, the
 trainer TRL's own (its tool loop, tool dispatch, reward from the environment's ``get_reward``). The first test
 scripts the model's text (a tiny random Qwen2 with the Qwen2.5 template, as tests/test_trl_tools.py does) so the
 episode is known; the second trains the packaged SmolLM2-135M for one step with its own sampling.
@@ -17,7 +17,6 @@ trl = pytest.importorskip("trl")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("openenv")
 
-from openenv_server import openenv_server  # noqa: E402
 from trl.chat_template_utils import qwen2_5_chat_template  # noqa: E402
 
 from searchenv.adapters.openenv.trl import OpenEnvSearchTools, OpenEnvToolFactory  # noqa: E402
@@ -28,10 +27,15 @@ REWARD = "rewards/OpenEnvSearchTools/mean"
 
 @pytest.fixture(scope="module")
 def server():
-    # Short information blocks: TRL stops a rollout whose completion (tool messages included) outgrows
-    # max_completion_length.
-    args = ("--protocol", "tool-call-answer-tool", "--max-turns", "3", "--max-information-words", "40")
-    with openenv_server(*args) as url:
+    """The OpenEnv app on a loopback thread (tests/test_openenv_adapter.py runs the command itself). Short
+    information blocks: TRL stops a rollout whose completion (tool messages included) outgrows
+    max_completion_length."""
+    from servers import serve_in_thread
+
+    from searchenv.adapters.openenv import create_app
+
+    app = create_app(protocol="tool-call-answer-tool", max_turns=3, max_information_words=40)
+    with serve_in_thread(app) as url:
         yield url
 
 
