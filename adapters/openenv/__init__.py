@@ -4,9 +4,22 @@
 OpenEnv client, e.g. ``GenericEnvClient(base_url="http://127.0.0.1:8000").sync()``. See ``docs/hubs.md``.
 """
 
-from searchenv.adapters.openenv.app import create_app
-from searchenv.adapters.openenv.environment import SearchQAEnvironment, SearchQATasks, dataset_splits
-from searchenv.adapters.openenv.models import SearchAction, SearchObservation, SearchState
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Public name -> the module that defines it. They load on first use, so ``searchenv openenv-serve``'s flags (and
+#: the whole CLI) build without OpenEnv installed; using any of them needs ``searchenv[openenv]``.
+_EXPORTS = {
+    "SearchAction": "models",
+    "SearchObservation": "models",
+    "SearchState": "models",
+    "SearchQAEnvironment": "environment",
+    "SearchQATasks": "environment",
+    "dataset_splits": "environment",
+    "create_app": "app",
+}
 
 __all__ = [
     "SearchAction",
@@ -17,3 +30,9 @@ __all__ = [
     "create_app",
     "dataset_splits",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from searchenv.adapters.openenv.environment import SearchQAEnvironment, SearchQATasks
 from searchenv.adapters.openenv.models import SearchAction, SearchObservation, SearchState
+from searchenv.adapters.openenv.serve import DEFAULT_MAX_SESSIONS
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-__all__ = ["DEFAULT_MAX_SESSIONS", "ENV_NAME", "create_app"]
+__all__ = ["ENV_NAME", "create_app"]
 
 #: The name OpenEnv's manifest and task routes use.
 ENV_NAME = "searchqa"
 #: Concurrent WebSocket sessions a server accepts unless told otherwise (each holds one episode, not an engine).
-DEFAULT_MAX_SESSIONS = 64
 
 
 def create_app(max_sessions: int = DEFAULT_MAX_SESSIONS, **env_kwargs: Any) -> FastAPI:

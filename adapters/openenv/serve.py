@@ -12,13 +12,14 @@ from typing import Any
 
 from searchenv.cli.arguments import add_env_arguments, env_kwargs, positive_int
 
-__all__ = ["add_parser", "run_openenv_serve"]
+__all__ = ["DEFAULT_MAX_SESSIONS", "add_parser", "run_openenv_serve"]
+
+#: Concurrent sessions one server holds by default (OpenEnv's ``max_concurrent_envs``).
+DEFAULT_MAX_SESSIONS = 64
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``searchenv openenv-serve``."""
-    from searchenv.adapters.openenv.app import DEFAULT_MAX_SESSIONS
-
+    """Register ``searchenv openenv-serve`` (imports nothing of OpenEnv: the CLI builds without the extra)."""
     parser = subparsers.add_parser(
         "openenv-serve",
         description="Serve SearchQA as an OpenEnv environment: OpenEnv's HTTP routes (/reset, /step, /state, "
