@@ -2,7 +2,7 @@
 #   make demo   — a small real LM (SmolLM2-135M, CPU) plays SearchQA-v0 on the embedded world
 #   make test   — the test suite
 #   make test-fast — the edit loop: the suite without tests marked slow (pytest -m "not slow")
-#   make learn — the whole learning run on the CPU (warm start, RL, held-out evaluation; about 75 minutes on 2 cores)
+#   make learn — the whole learning run on the CPU (warm start, RL with its placebo and second seed, held-out evaluation)
 # Both create .venv on first use. TORCH pins a CPU-friendly torch; override e.g. TORCH='torch==2.13.0+cu128'.
 
 PYTHON ?= python3
