@@ -29,7 +29,6 @@ from typing import Any, Literal
 from searchenv.data.datasets import HUB_DATASETS, example_from_row, load_dataset
 from searchenv.env.defaults import env_default
 from searchenv.env.search_qa import SearchQAEnv
-from searchenv.imports import load_attr, moved
 from searchenv.protocol import Protocol, get_protocol
 from searchenv.reward_specs.hops import hop_answers
 from searchenv.types import QAExample
@@ -73,8 +72,6 @@ _ADAPTER_DEFAULTS: dict[str, Any] = {"corpus": "world"}
 _ROW_FIELDS = ("dataset", "split")
 # Configurations already warned about searching the world's corpus.
 _WARNED: set[str] = set()
-# The command-line names that moved to searchenv.cli.verl_data.
-_MOVED = ("add_parser", "main", "write_datasets")
 _LOG = logging.getLogger(__name__)
 
 
@@ -298,11 +295,3 @@ def write_paper_datasets(
         print(f"wrote {len(rows)} rows to {path}")
         written.append(path)
     return written
-
-
-# The ``verl-data`` command line moved to searchenv.cli.verl_data; its old names still resolve here.
-__getattr__ = moved(__name__, {name: f"searchenv.cli.verl_data:{name}" for name in _MOVED})
-
-
-if __name__ == "__main__":  # ``python -m searchenv.adapters.rows``: the command line's old address
-    load_attr("searchenv.cli.verl_data:main")()

@@ -52,7 +52,7 @@ def _child(steps: int, threads: int, bf16: bool, sizes: dict, model_name: str) -
     import torch
 
     from searchenv.adapters.ppo.trainer import PPOConfig, Trainer
-    from searchenv.adapters.rollout.generation import load_policy, make_envs  # the path both sides have
+    from searchenv.rollout import load_policy, make_envs
 
     torch.set_num_threads(threads)
     model, tokenizer = load_policy(model_name)

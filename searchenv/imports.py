@@ -1,5 +1,4 @@
-"""The one reader of ``"package.module:attr"`` references (custom retrievers, reward answerers, CLI commands, and
-the names that moved, :func:`moved`).
+"""The one reader of ``"package.module:attr"`` references (custom retrievers, reward answerers, CLI commands).
 
 A reference names a Python object by where it lives, as Gymnasium's ``entry_point`` does, so a user plugs in
 a factory or a callable without registering it anywhere. :func:`check_reference` finds the module without
@@ -11,11 +10,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import warnings
-from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["check_reference", "is_reference", "load_attr", "moved", "split_reference"]
+__all__ = ["check_reference", "is_reference", "load_attr", "split_reference"]
 
 
 def is_reference(text: str) -> bool:
@@ -61,17 +58,3 @@ def load_attr(text: str, what: str = "reference") -> Any:
         except AttributeError:
             raise ImportError(f"{what} {text!r}: module {module_name!r} has no attribute {attr!r}") from None
     return target
-
-
-def moved(module: str, names: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` that keeps names that moved working: ``names`` maps each old name to its new
-    ``"package.module:attr"``; reading an old name warns (``DeprecationWarning``) and returns the new object, which
-    is imported only then. Use: ``__getattr__ = moved(__name__, {"main": "searchenv.cli.verl_data:main"})``."""
-
-    def __getattr__(name: str) -> Any:
-        if name not in names:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        warnings.warn(f"{module}.{name} moved to {names[name].replace(':', '.')}", DeprecationWarning, stacklevel=2)
-        return load_attr(names[name], "moved name")
-
-    return __getattr__

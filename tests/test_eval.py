@@ -298,8 +298,6 @@ def test_retriever_options_reach_only_the_engines_that_take_them(tmp_path, capsy
     from searchenv.retrievers import route_options
 
     routed = route_options(["bm25", "e5-exact", "random"], pairs)
-    with pytest.deprecated_call():  # the old home still answers
-        assert suite.retriever_options(["bm25", "e5-exact", "random"], pairs) == routed
     assert routed == {
         "bm25": {"k1": 0.9, "index_dir": "idx"},
         "e5-exact": {"encoder": "minilm", "index_dir": "idx", "cache": False},

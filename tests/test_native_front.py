@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from searchenv.components import load_corpus
 from searchenv.retrievers.bm25 import native
 from searchenv.retrievers.server.app import ServerConfig
@@ -43,11 +41,3 @@ def test_in_process_shards_of_the_service_equal_the_unsharded_index(tmp_path):
 
     full = build_retriever("bm25", str(path), {"show_progress": False}, shared=False)
     assert ShardedRetriever(shards).search(QUERIES, 5) == full.search(QUERIES, 5)
-
-
-def test_the_old_module_paths_still_import_with_a_warning():
-    with pytest.deprecated_call(match="moved to searchenv.retrievers.bm25.native.builder"):
-        from searchenv.retrievers.bm25.native.build import build_native_index  # noqa: F401
-    with pytest.deprecated_call(match="moved to searchenv.retrievers.bm25.native.engine"):
-        from searchenv.retrievers.bm25.native.search import NativeEngine  # noqa: F401
-    assert callable(native.build) and callable(native.search)  # the front's names, not the modules'

@@ -21,7 +21,6 @@ COMMAND_MODULES = {
     "adapters/ppo/train.py",
     "adapters/sft/train.py",
     "adapters/trl/train.py",
-    "adapters/verl_data.py",
     "retrievers/server/__main__.py",
 }
 

@@ -60,7 +60,7 @@ def test_budget_is_the_smaller_of_the_total_and_the_response_cap():
     assert config.budget(prompt_tokens=85, response_tokens=10) == 5  # total: 100 - 95
 
 
-def test_the_old_names_are_gone_or_deprecated_aliases():
+def test_one_type_under_one_name():
     import importlib
 
     for module in ("searchenv.llm.sampling", "searchenv.rollout.sampling"):
@@ -68,11 +68,7 @@ def test_the_old_names_are_gone_or_deprecated_aliases():
             importlib.import_module(module)
     from searchenv.rollout import SamplingConfig as from_rollout
 
-    assert from_rollout is SamplingConfig
-    import searchenv.evaluation as evaluation
-
-    with pytest.deprecated_call(match="EvalSampling moved to searchenv.sampling.SamplingConfig.greedy"):
-        assert evaluation.EvalSampling(max_new_tokens=3) == SamplingConfig.greedy(max_new_tokens=3)
+    assert from_rollout is SamplingConfig  # the trainers' import
 
 
 def test_a_trainer_config_refuses_what_the_sampling_type_refuses():

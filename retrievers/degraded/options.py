@@ -9,14 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from searchenv.checks import integer, positive_int
-from searchenv.imports import moved
 from searchenv.retrievers.degraded.schedule import parse_schedule
 
 __all__ = ["check_wrapper_options"]
-
-
-# WRAPPERS moved to searchenv.retrievers.WRAPPERS (read from the engine catalogue).
-__getattr__ = moved(__name__, {"WRAPPERS": "searchenv.retrievers:WRAPPERS"})
 
 
 def check_wrapper_options(name: str, options: Mapping[str, Any]) -> None:

@@ -1,9 +1,8 @@
 """How web requests are keyed in the answer store: queries and URLs normalised the way web engines read them.
 
 The store itself — one SQLite file of every search, page and note, ``cache_mode="record" | "replay" |
-"cached"`` — moved to :mod:`searchenv.answer_store` (:class:`~searchenv.answer_store.AnswerStore`), where the
-judge reward and the simulated engine use it too; ``Record``, ``NotRecorded`` and ``CACHE_MODES`` keep working
-from here with a ``DeprecationWarning``.
+"cached"`` — is :class:`searchenv.answer_store.AnswerStore`, which the judge reward and the simulated engine use
+too.
 
 A record must hit in a new process against the same service: a service on this machine (the loopback web
 stand-in, a SearXNG in a container) is often on a port picked at random, so a loopback host's port is not part
@@ -16,18 +15,7 @@ import ipaddress
 import unicodedata
 from urllib.parse import urlsplit, urlunsplit
 
-from searchenv.imports import moved
-
 __all__ = ["normal_query", "normal_url"]
-
-__getattr__ = moved(
-    __name__,
-    {
-        "CACHE_MODES": "searchenv.answer_store:CACHE_MODES",
-        "NotRecorded": "searchenv.answer_store:NotRecorded",
-        "Record": "searchenv.answer_store:AnswerStore",
-    },
-)
 
 
 def normal_query(query: str) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +34,6 @@ __all__ = [
     "USER_ERRORS",
     "add_dataset_arguments",
     "add_env_arguments",
-    "add_index_path_argument",
     "env_kwargs",
     "key_value",
     "make_env",
@@ -88,17 +86,6 @@ def make_env(kwargs: dict[str, Any]) -> Any:
     import searchenv
 
     return gym.make(searchenv.ENV_ID, **kwargs)
-
-
-def add_index_path_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """Deprecated: ``--index-path`` is a flag of the retriever group
-    (:func:`~searchenv.cli.options.add_retriever_arguments`)."""
-    warnings.warn(
-        "add_index_path_argument is deprecated: searchenv.cli.options.add_retriever_arguments declares --index-path",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    parser.add_argument("--index-path", default=None, help="prebuilt faiss index file for the dense engines")
 
 
 def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:

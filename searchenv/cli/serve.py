@@ -166,7 +166,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_serve_parser(sub)
     args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
     return run_handler(run_serve, args, parser.prog)
-
-
-#: Deprecated name: :func:`run_serve` checks the engine before the server starts, as this did.
-run_checked = run_serve

@@ -6,7 +6,6 @@ transcript viewer. Nothing heavy is imported here.
 from searchenv.evaluation.checkpoint import RUN_FILE, read_run_settings
 from searchenv.evaluation.evalset import EVAL_DATASETS, build_eval_set, write_eval_set
 from searchenv.evaluation.policies import Context, EndpointPolicy, Generation, LocalPolicy, Policy
-from searchenv.imports import moved
 
 __all__ = [
     "EVAL_DATASETS",
@@ -20,6 +19,3 @@ __all__ = [
     "read_run_settings",
     "write_eval_set",
 ]
-
-#: ``EvalSampling(...)`` is :meth:`searchenv.sampling.SamplingConfig.greedy` now (deprecated alias).
-__getattr__ = moved(__name__, {"EvalSampling": "searchenv.sampling:SamplingConfig.greedy"})

@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 from typing import Protocol as TypingProtocol
 
-from searchenv.imports import moved
 from searchenv.llm.blocking import run_coroutine
 from searchenv.llm.client import MODES, EndpointClient, EndpointUnavailable
 from searchenv.llm.local import local_device, model_window
@@ -329,7 +328,3 @@ class EndpointPolicy:
             f"the endpoint {self.url} did not answer after {error.attempts} tries ({error.reason}); is the server "
             "running and reachable? (finished episodes are kept; rerun the same command to resume)"
         )
-
-
-#: ``EvalSampling(...)`` is :meth:`searchenv.sampling.SamplingConfig.greedy` now (deprecated alias).
-__getattr__ = moved(__name__, {"EvalSampling": "searchenv.sampling:SamplingConfig.greedy"})

@@ -40,12 +40,11 @@ from searchenv.evaluation.report import (
     write_csv,
 )
 from searchenv.evaluation.runner import Cell, TranscriptStore, exclusive_output, record_key, run_cell
-from searchenv.imports import moved
 from searchenv.retrievers import route_options
 from searchenv.sampling import SamplingConfig
 from searchenv.types import QAExample
 
-__all__ = ["CPU_DEFAULTS", "DEFAULTS", "ModelSpec", "retriever_options", "run_eval"]
+__all__ = ["CPU_DEFAULTS", "DEFAULTS", "ModelSpec", "run_eval"]
 
 #: Episode settings used when neither the user nor the checkpoint's searchenv_run.json gives one: the environment's
 #: own defaults, and Search-R1's evaluation token budget (sized for a GPU).
@@ -129,23 +128,6 @@ def _datasets(args: argparse.Namespace, limit: int | None) -> dict[str, _Questio
     if needs_corpus and args.corpus is None and not all(r.startswith("http") for r in args.retrievers):
         raise ValueError(f"datasets {needs_corpus} need --corpus PATH (passage jsonl); only 'world' has its own")
     return out
-
-
-def retriever_options(names: list[str], pairs: list[tuple[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Deprecated: :func:`searchenv.cli.options.retriever_options_by_engine` routes a command's engine options."""
-    import warnings
-
-    warnings.warn(
-        "searchenv.evaluation.suite.retriever_options is deprecated; use "
-        "searchenv.cli.options.retriever_options_by_engine",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return route_options(names, pairs, "--retriever-option {}".format)
-
-
-# add_eval_arguments moved to searchenv.cli.evaluation (command-line code lives in searchenv/cli).
-__getattr__ = moved(__name__, {"add_eval_arguments": "searchenv.cli.evaluation:add_eval_arguments"})
 
 
 def _build_retrievers(args: argparse.Namespace, options: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -21,7 +21,6 @@ runs in a worker thread), so concurrent episodes' prompts go out together and th
 from __future__ import annotations
 
 import asyncio
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,15 +78,8 @@ class Prompter:
         api_key_env: str = "OPENAI_API_KEY",
         store: AnswerStore | None = None,
         store_kind: str = "llm",
-        cache_size: int | None = None,
     ):
         check_model_source(url, model, "prompter")
-        if cache_size is not None:
-            warnings.warn(
-                "Prompter(cache_size=...) is ignored: answers are kept by an AnswerStore (store=...), not in memory",
-                DeprecationWarning,
-                stacklevel=2,
-            )
         self.url, self.model = url, model
         self.sampling = sampling or SamplingConfig.greedy()
         self.mode = mode

@@ -158,7 +158,7 @@ fi
 
 if [[ "$RETRIEVER" == http* && "$START_RETRIEVER" == 1 ]]; then
   # = searchenv serve ...
-  "$PYTHON" -m searchenv.retrievers.server.command --retriever "$ENGINE" --corpus "$CORPUS" --port "$PORT" --log-level warning &
+  "$PYTHON" -m searchenv.retrievers.server --retriever "$ENGINE" --corpus "$CORPUS" --port "$PORT" --log-level warning &
   SERVER_PID=$!
   trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
   "$PYTHON" - "$RETRIEVER" <<'EOF'

@@ -7,18 +7,11 @@ the layout of :mod:`.index_format`, built in bounded memory by worker processes 
 :mod:`.segments`, :mod:`.builder`) and searched by numba MaxScore kernels (:mod:`.engine`, and
 :mod:`.term_at_a_time` for small indexes) through a memory-mapped term dictionary (:mod:`.term_lookup`). Each
 function imports what it needs when called, so importing the package loads no compiled code.
-
-The builder and the engine were the modules ``build`` and ``search`` before the front took those names; the old
-module paths still import, with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
 import tempfile
-import types
-import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,24 +23,6 @@ if TYPE_CHECKING:
     from searchenv.retrievers.bm25.native.engine import NativeEngine
 
 __all__ = ["FORMAT_VERSION", "build", "open", "search", "shard"]
-
-
-class _MovedModule(types.ModuleType):
-    """An old module path (``native.build``, ``native.search``) that resolves its names in the module's new home."""
-
-    def __init__(self, old: str, new: str):
-        super().__init__(old)
-        self._new = new
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        warnings.warn(f"{self.__name__} moved to {self._new}", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(self._new), name)
-
-
-for _old, _new in (("build", "builder"), ("search", "engine")):
-    sys.modules.setdefault(f"{__name__}.{_old}", _MovedModule(f"{__name__}.{_old}", f"{__name__}.{_new}"))
 
 
 def __getattr__(name: str) -> Any:

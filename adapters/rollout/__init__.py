@@ -1,2 +1,0 @@
-"""Deprecated: the rollout loop moved to :mod:`searchenv.rollout` (``searchenv.adapters.rollout.generation`` still
-re-exports its names)."""
