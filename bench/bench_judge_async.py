@@ -87,7 +87,7 @@ def outage(envs_count: int) -> None:
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
 
-    from searchenv.retrievers.http.remote import RemoteRetriever
+    from searchenv.retrievers.remote.retriever import RemoteRetriever
 
     requests = [0]
 

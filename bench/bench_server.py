@@ -1,7 +1,7 @@
 """Retrieval service throughput: K concurrent clients over loopback vs the same retriever in-process.
 
 Starts ``python -m searchenv.retrievers.server`` in a child process, then for each K in ``--clients`` runs K
-concurrent :class:`~searchenv.retrievers.http.remote.RemoteRetriever` clients (asyncio tasks spread over
+concurrent :class:`~searchenv.retrievers.remote.retriever.RemoteRetriever` clients (asyncio tasks spread over
 ``--client-procs`` processes) that send batches of ``--batch`` questions for ``--duration`` seconds, and reports
 queries/s, request latency p50/p99 and errors. Beside it, the same retriever is timed in-process on the same
 batches, before and after the service runs (other jobs share this machine). The server cache is off for these
@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from searchenv.corpus import Corpus
 from searchenv.retrievers import make_retriever
-from searchenv.retrievers.http.remote import RemoteRetriever
+from searchenv.retrievers.remote.retriever import RemoteRetriever
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the loopback-server helpers the tests use

@@ -55,7 +55,8 @@ WRAPPERS: dict[str, tuple[str, ...]] = {
 #: engine name → the keyword options its factory accepts and their types (see each factory's docstring).
 RETRIEVER_OPTIONS: dict[str, dict[str, type]] = {name: record.option_types() for name, record in ENGINES.items()}
 
-#: Options of the HTTP client (:class:`~searchenv.retrievers.http.remote.RemoteRetriever`) used for ``http(s)://`` URLs.
+#: Options of the remote retriever (:class:`~searchenv.retrievers.remote.retriever.RemoteRetriever`), the client
+#: used for ``http(s)://`` URLs.
 REMOTE_OPTIONS: dict[str, type] = {name: option.kind for name, option in REMOTE_CLIENT_OPTIONS.items()}
 
 
@@ -171,7 +172,7 @@ def make_retriever(spec: str | Retriever, corpus: Corpus | None = None, **option
         if isinstance(options["base"], str):
             options["base"] = make_retriever(options["base"], corpus, **base_options)
     if _is_url(spec):
-        from searchenv.retrievers.http.remote import RemoteRetriever
+        from searchenv.retrievers.remote.retriever import RemoteRetriever
 
         return RemoteRetriever(spec, **options)
     if corpus is None and not is_reference(spec) and ENGINES[spec].needs_corpus:

@@ -337,7 +337,7 @@ _RECORDS: tuple[Engine, ...] = (
 #: engine name → its record, in the order the help lists them.
 ENGINES: Mapping[str, Engine] = {record.name: record for record in _RECORDS}
 
-#: Options of the HTTP client (:class:`~searchenv.retrievers.http.remote.RemoteRetriever`) used for ``http(s)://``
+#: Options of the HTTP client (:class:`~searchenv.retrievers.remote.retriever.RemoteRetriever`) used for ``http(s)://``
 #: URLs of a retrieval service.
 REMOTE_OPTIONS: Mapping[str, EngineOption] = {
     **_RETRY_OPTIONS,

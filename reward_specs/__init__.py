@@ -2,10 +2,10 @@
 
 ``load_reward("format", lambda_f=0.4)`` builds a reward; ``Rollout.from_text(response, golds)`` turns a
 text-only trainer's response into what every reward reads. See :mod:`searchenv.reward_specs.formulas` for the
-formulas and :mod:`searchenv.episode.rollout` for the contract. Nothing here imports a heavy library.
+formulas and :mod:`searchenv.episode.reward_contract` for the contract. Nothing here imports a heavy library.
 """
 
-from searchenv.episode.rollout import RewardResult, RewardSpec, Rollout
+from searchenv.episode.reward_contract import RewardResult, RewardSpec, Rollout
 from searchenv.reward_specs.format_check import FormatCheck, check_format
 from searchenv.reward_specs.formulas import FORMULAS, METRICS, RewardSpecError
 from searchenv.reward_specs.loader import REWARD_SPECS, load_reward

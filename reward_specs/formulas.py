@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 from searchenv.answer_store import AnswerStore
 from searchenv.checks import choice, number
-from searchenv.episode.rollout import RewardResult, Rollout
+from searchenv.episode.reward_contract import RewardResult, Rollout
 from searchenv.imports import load_attr
 from searchenv.reward_specs.blocks import block_content
 from searchenv.reward_specs.format_check import check_format, check_turns, single_block

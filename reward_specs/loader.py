@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from searchenv.checks import did_you_mean
-from searchenv.episode.rollout import RewardSpec
+from searchenv.episode.reward_contract import RewardSpec
 from searchenv.reward_specs.formulas import FORMULAS, RewardSpecError
 
 __all__ = ["REWARD_SPECS", "load_reward"]

@@ -13,6 +13,7 @@ from searchenv.registration import ENV_ID, register_envs
 
 __version__ = "0.2.0"  # the one source of the version (pyproject.toml reads it)
 
+#: Each public name and the module it lives in, imported on first access.
 _EXPORTS = {
     "Corpus": "searchenv.corpus",
     "Passage": "searchenv.types",
@@ -39,33 +40,8 @@ _EXPORTS = {
     "generate_world": "searchenv.data.world.generator",
 }
 
-__all__ = [
-    "ENV_ID",
-    "__version__",
-    "Corpus",
-    "Episode",
-    "EpisodeTokens",
-    "PROTOCOLS",
-    "Passage",
-    "Protocol",
-    "QAExample",
-    "Retriever",
-    "SearchQAEnv",
-    "SearchQAVectorEnv",
-    "Segment",
-    "StepResult",
-    "TokenizedEpisode",
-    "encode_prompt",
-    "generate_world",
-    "load_dataset",
-    "load_reward",
-    "make_retriever",
-    "parse_action",
-    "step_batch",
-    "step_batch_async",
-    "tokenize_episode",
-    "tokenize_segments",
-]
+#: The public names, listed once (``_EXPORTS``); the block below repeats them only for type checkers.
+__all__ = ["ENV_ID", "__version__", *_EXPORTS]
 
 if TYPE_CHECKING:
     from searchenv.corpus import Corpus

@@ -179,7 +179,7 @@ class AsyncRetriever(Protocol):
     """A retriever whose search can be awaited (``asearch``, the contract of :meth:`Retriever.search`).
 
     ``step_async`` and the MCP tools await it on the event loop; any other engine's ``search`` runs in a worker
-    thread. The HTTP client (:class:`~searchenv.retrievers.http.remote.RemoteRetriever`) has one.
+    thread. The HTTP client (:class:`~searchenv.retrievers.remote.retriever.RemoteRetriever`) has one.
     """
 
     async def asearch(self, queries: Sequence[str], k: int) -> list[list[Passage]]: ...

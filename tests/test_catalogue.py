@@ -76,7 +76,7 @@ def test_the_factory_takes_every_option_of_the_record(name: str) -> None:
 
 
 def test_the_remote_client_record_holds() -> None:
-    from searchenv.retrievers.http.remote import RemoteRetriever
+    from searchenv.retrievers.remote.retriever import RemoteRetriever
 
     client = RemoteRetriever("http://127.0.0.1:9", check_on_start=True)
     try:

@@ -139,7 +139,7 @@ def test_option_table_matches_the_engines_signatures():
     """The checks must accept exactly what the engines accept: a new engine option fails here until it is listed."""
     from searchenv.retrievers.bm25.retriever import BM25Retriever
     from searchenv.retrievers.dense import retriever as dense
-    from searchenv.retrievers.http import remote
+    from searchenv.retrievers.remote import retriever as remote
 
     assert set(RETRIEVER_OPTIONS["random"]) == _parameters(RandomRetriever.__init__)
     assert set(RETRIEVER_OPTIONS["bm25"]) == _parameters(BM25Retriever.__init__)

@@ -11,9 +11,10 @@ import pytest
 from searchenv.cli.main import main
 from searchenv.data.world.generator import default_world
 from searchenv.evaluation import suite
-from searchenv.evaluation.policies import EndpointPolicy, Generation
+from searchenv.evaluation.policies import EndpointPolicy
 from searchenv.evaluation.report import markdown_report, summarize
 from searchenv.evaluation.runner import sample_seed
+from searchenv.llm.client import Completion
 from searchenv.sampling import SamplingConfig
 
 GOLDS = {q.question: q.golden_answers[0] for q in default_world().dataset("test")}
@@ -38,7 +39,7 @@ class ScriptedPolicy:
         for context in contexts:
             self.seen.append((self.seed, context))
             gold = next(g for q, g in GOLDS.items() if q in context.prompt)
-            out.append(Generation(f"<answer> {gold if self.seed != self.run_seed else 'wrong'} </answer>", 3, "stop"))
+            out.append(Completion(f"<answer> {gold if self.seed != self.run_seed else 'wrong'} </answer>", 3, "stop"))
         return out
 
 

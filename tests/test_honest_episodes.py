@@ -307,7 +307,7 @@ def test_a_protocol_without_a_hint_is_refused() -> None:
 
 
 def test_a_client_returning_empty_results_on_failure_is_still_a_failed_search() -> None:
-    from searchenv.retrievers.http.remote import RemoteRetriever
+    from searchenv.retrievers.remote.retriever import RemoteRetriever
 
     dead = RemoteRetriever("http://127.0.0.1:9", retries=0, timeout=0.5, on_error="empty")
     env = env_for(WORLD_Q, retriever=dead)

@@ -1,6 +1,11 @@
-"""The one ``"module:attr"`` resolver: what it returns, and errors that say which part is wrong."""
+"""The one ``"module:attr"`` resolver: what it returns, and errors that say which part is wrong; the public names
+listed once, no deprecated alias left, and library code that imports defining modules, not the façade."""
 
 from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
 
 import pytest
 
@@ -78,8 +83,6 @@ def test_retrievers_resolve_factory_references_through_it(tmp_path):
 def test_no_deprecated_alias_outlives_0_2_0(old, name):
     """The re-layout release keeps no old address (CHANGELOG, 0.2.0 "Removed": each old name and its new home);
     an alias left behind would be a second name for one thing."""
-    import importlib
-
     if name is None:
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(old)
@@ -100,3 +103,43 @@ def test_scoring_exact_match_imports_nothing_from_the_application_layer():
     )
     lines = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert lines.splitlines() == ["[]", "[]"]  # the reward layer sits below evaluation and adapters, and stays light
+
+
+def _type_checking_imports(tree: ast.Module) -> dict[str, str]:
+    block = next(
+        node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+    )
+    return {alias.name: node.module for node in block.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+
+
+def test_the_public_names_are_listed_once_and_each_resolves_where_it_is_listed():
+    """``__all__`` is derived from the one table of lazy names; the TYPE_CHECKING block (for type checkers) names
+    the same objects from the same modules, and each name is the object of the module the table names."""
+    import searchenv
+
+    table = searchenv._EXPORTS
+    assert searchenv.__all__ == ["ENV_ID", "__version__", *table]
+    tree = ast.parse(Path(searchenv.__file__).read_text(encoding="utf-8"))
+    assert _type_checking_imports(tree) == table
+    for name, module in table.items():
+        assert getattr(searchenv, name) is getattr(importlib.import_module(module), name), name
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_library_code_imports_the_env_directly_not_through_the_lazy_facade():
+    """Inside the package, ``import searchenv`` then ``searchenv.step_batch`` hides where a name lives (and goes
+    through the lazy façade): library code imports the defining module (``searchenv.env.stepping``)."""
+    offenders = []
+    for root in ("searchenv", "retrievers", "reward_specs", "adapters"):
+        for path in (REPO / root).rglob("*.py"):
+            if path == REPO / "searchenv" / "__init__.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import) and any(alias.name == "searchenv" for alias in node.names):
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno} import searchenv")
+                if isinstance(node, ast.ImportFrom) and node.module == "searchenv" and node.level == 0:
+                    names = [alias.name for alias in node.names if alias.name != "__version__"]
+                    offenders += [f"{path.relative_to(REPO)}:{node.lineno} from searchenv import {n}" for n in names]
+    assert offenders == []

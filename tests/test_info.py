@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from searchenv import SearchQAEnv
-from searchenv.episode.rollout import RewardResult, Rollout
+from searchenv.episode.reward_contract import RewardResult, Rollout
 
 
 def _terminal_infos() -> list[dict]:

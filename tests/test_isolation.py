@@ -17,7 +17,7 @@ from servers import free_port, serve_in_thread
 import searchenv  # noqa: F401 - registers SearchQA-v0
 from searchenv import Passage, SearchQAEnv, step_batch
 from searchenv.env.stepping import step_batch_async
-from searchenv.retrievers.http.remote import RemoteRetriever
+from searchenv.retrievers.remote.retriever import RemoteRetriever
 from searchenv.retrievers.server.app import ServerConfig, create_app
 
 POISON = "poison"

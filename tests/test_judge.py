@@ -13,7 +13,7 @@ import pytest
 from servers import free_port, openai_chat_app, serve_in_thread
 
 from searchenv import SearchQAEnv, step_batch
-from searchenv.evaluation.judge import LLMJudge
+from searchenv.evaluation.judged_accuracy import JudgedAccuracy
 from searchenv.reward_specs import REWARD_SPECS, Rollout, load_reward
 from searchenv.reward_specs.judging.prompt import (
     ACC_L_PROMPT,
@@ -353,7 +353,7 @@ def test_truncate_async_awaits_the_judge_and_scores_like_truncate() -> None:
 
 def test_eval_judge_leaves_an_unjudged_record_out() -> None:
     with serve_in_thread(openai_chat_app(lambda prompt: "yes" if "Paris" in prompt else "dunno")) as url:
-        judge = LLMJudge(url, "m", retries=0)
+        judge = JudgedAccuracy(url, "m", retries=0)
         judge.check()
         records = [
             {"question": "Capital of France?", "golden_answers": ["Paris"], "prediction": "Paris"},

@@ -19,9 +19,9 @@ from servers import free_port, serve_in_thread, spawn_server
 from searchenv.corpus import Corpus
 from searchenv.http.retry import parse_retry_after
 from searchenv.retrievers import make_retriever
-from searchenv.retrievers.http.remote import FailedResults, RemoteRetriever, RetrievalUnavailable
-from searchenv.retrievers.http.wire import content_id
 from searchenv.retrievers.random_retriever import RandomRetriever
+from searchenv.retrievers.remote.retriever import FailedResults, RemoteRetriever, RetrievalUnavailable
+from searchenv.retrievers.remote.wire import content_id
 from searchenv.retrievers.server.app import ServerConfig, create_app
 
 QUERIES = ["who wrote hamlet", "capital of peru", "who wrote hamlet", "largest moon of saturn"]

@@ -19,8 +19,8 @@ from servers import serve_in_thread, spawn_server
 
 from searchenv.cli.serve import add_serve_parser, config_from_args
 from searchenv.corpus import Corpus
-from searchenv.retrievers.http.remote import RemoteRetriever
 from searchenv.retrievers.random_retriever import RandomRetriever
+from searchenv.retrievers.remote.retriever import RemoteRetriever
 from searchenv.retrievers.server.app import ServerConfig, create_app
 from searchenv.types import Passage
 
@@ -323,7 +323,7 @@ def test_requests_wait_for_an_engine_that_is_still_loading(tmp_path: Path, corpu
 SLOW_LOADING_ENGINE = """
 import time
 from searchenv.retrievers.random_retriever import RandomRetriever
-from searchenv.retrievers.http.remote import RemoteRetriever
+from searchenv.retrievers.remote.retriever import RemoteRetriever
 
 
 def build(corpus, delay):

@@ -109,14 +109,14 @@ def world_demonstrations(
     """
     import gymnasium as gym
 
-    import searchenv
+    from searchenv.registration import ENV_ID
     from searchenv.reward_specs.metrics import answer_in_passages
 
     kwargs = dict(env_kwargs)
     if kwargs.get("split", "train") != "train":
         raise ValueError("demonstrations come from the train split only; the test split is for evaluation")
     kwargs["split"] = "train"
-    env = gym.make(searchenv.ENV_ID, **kwargs).unwrapped
+    env = gym.make(ENV_ID, **kwargs).unwrapped
     counts = {"played": 0, "kept": 0, "hop_not_shown": 0, "wrong_answer": 0, "over_budget": 0}
     kept: list[Demonstration] = []
     try:

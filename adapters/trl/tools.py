@@ -136,10 +136,10 @@ class EnvironmentFactory:
     def __init__(self, env_reward: bool = False, **env_kwargs: Any):
         import gymnasium as gym
 
-        import searchenv
+        from searchenv.registration import ENV_ID
 
         env_kwargs.setdefault("protocol", "tool-call-answer-tool" if env_reward else "tool-call-message")
-        self.env: SearchQAEnv = gym.make(searchenv.ENV_ID, **env_kwargs).unwrapped
+        self.env: SearchQAEnv = gym.make(ENV_ID, **env_kwargs).unwrapped
         answer_tool = self.env.protocol.answer_mode == "tool"
         if env_reward and not answer_tool:
             raise ValueError(

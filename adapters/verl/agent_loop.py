@@ -64,7 +64,7 @@ from searchenv.adapters.rows import AGENT_NAME, PROMPT_MODES, choose_conversatio
 from searchenv.data.datasets import golden_answers
 from searchenv.env.search_qa import SearchQAEnv
 from searchenv.episode.episode import metrics_of
-from searchenv.episode.rollout import Rollout
+from searchenv.episode.reward_contract import Rollout
 from searchenv.reward_specs import load_reward
 from searchenv.tokenization import EpisodeTokens
 

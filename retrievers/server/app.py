@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from searchenv.http.retry import RetrievalUnavailable
 from searchenv.retrievers.batching import MicroBatcher
-from searchenv.retrievers.http.remote import TOKEN_ENV
-from searchenv.retrievers.http.wire import Limits, WireError, encode_response, parse_request
+from searchenv.retrievers.remote.retriever import TOKEN_ENV
+from searchenv.retrievers.remote.wire import Limits, WireError, encode_response, parse_request
 from searchenv.retrievers.server.answer_cache import QueryCache
 from searchenv.types import ComputesInProcess, Passage, Retriever, has_flag
 

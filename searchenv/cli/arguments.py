@@ -83,9 +83,9 @@ def make_env(kwargs: dict[str, Any]) -> Any:
     """``gym.make("SearchQA-v0", **kwargs)``: the registered environment with Gymnasium's wrappers, as users get it."""
     import gymnasium as gym
 
-    import searchenv
+    from searchenv.registration import ENV_ID
 
-    return gym.make(searchenv.ENV_ID, **kwargs)
+    return gym.make(ENV_ID, **kwargs)
 
 
 def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 from searchenv.cli.arguments import run_handler
 from searchenv.cli.options import add_retriever_arguments, retriever_options
 from searchenv.retrievers.catalogue import ENGINES
-from searchenv.retrievers.http.remote import TOKEN_ENV
+from searchenv.retrievers.remote.retriever import TOKEN_ENV
 from searchenv.retrievers.server.app import ServerConfig
 from searchenv.retrievers.server.run import RetrieverBuildError, serve
 

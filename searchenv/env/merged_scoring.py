@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from searchenv.env.step_rules import StepOutcome, score_outcomes
-from searchenv.episode.rollout import RewardResult, Rollout
+from searchenv.episode.reward_contract import RewardResult, Rollout
 from searchenv.retrievers.batching import BatchersPerLoop, MicroBatcher, check_merge_window
 
 __all__ = ["DEFAULT_SCORE_MERGER", "ScoreMerger", "ascore_outcomes", "scores_async"]

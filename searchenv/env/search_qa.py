@@ -33,7 +33,7 @@ from searchenv.env.step_rules import (
     step_outcome,
 )
 from searchenv.episode.episode import EndReason, Episode
-from searchenv.episode.rollout import RewardResult, Rollout
+from searchenv.episode.reward_contract import RewardResult, Rollout
 from searchenv.episode.turns import Facts
 from searchenv.protocol import Protocol
 from searchenv.types import QAExample, Retriever, TakesTrainingStep

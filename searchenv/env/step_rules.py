@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from searchenv.episode.episode import Episode
-from searchenv.episode.rollout import RewardResult, Rollout
+from searchenv.episode.reward_contract import RewardResult, Rollout
 from searchenv.episode.turns import Facts, Turn
 from searchenv.http.retry import RetrievalUnavailable
 from searchenv.protocol import ParsedAction, parse_action

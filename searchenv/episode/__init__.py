@@ -1,11 +1,11 @@
 """One episode as a record: its turns (:mod:`.turns`), the :class:`Episode` that holds them (:mod:`.episode`),
-and the reward contract that reads them (:mod:`.rollout`: :class:`Rollout` in, :class:`RewardResult` out).
+and the reward contract that reads them (:mod:`.reward_contract`: :class:`Rollout` in, :class:`RewardResult` out).
 
 Every reward, metric, ``info`` field and log line is derived from the turns, through one :class:`Facts`."""
 
 from searchenv.episode.episode import METRIC_NAMES, Episode, Segment, aggregate_metrics, metrics_of
 from searchenv.episode.generation import Generation
-from searchenv.episode.rollout import RewardResult, RewardSpec, Rollout
+from searchenv.episode.reward_contract import RewardResult, RewardSpec, Rollout
 from searchenv.episode.turns import Facts, Turn
 
 __all__ = [

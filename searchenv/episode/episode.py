@@ -183,7 +183,7 @@ def metrics_of(
     (all 0.0 while it runs), so that a batch mean (:func:`aggregate_metrics`) is the share of episodes that ended
     that way — then one ``reward/<part>`` per reward part. Every value is a float, so the dict goes as it is into a
     logger, JSON or a table. :meth:`Episode.metrics` is the usual caller; a text-only scorer that has a
-    :class:`~searchenv.episode.rollout.Rollout` and no episode calls it with the rollout's facts.
+    :class:`~searchenv.episode.reward_contract.Rollout` and no episode calls it with the rollout's facts.
     """
     return {
         "reward": float(reward),

@@ -5,14 +5,13 @@ transcript viewer. Nothing heavy is imported here.
 
 from searchenv.evaluation.checkpoint import RUN_FILE, read_run_settings
 from searchenv.evaluation.evalset import EVAL_DATASETS, build_eval_set, write_eval_set
-from searchenv.evaluation.policies import Context, EndpointPolicy, Generation, LocalPolicy, Policy
+from searchenv.evaluation.policies import Context, EndpointPolicy, LocalPolicy, Policy
 
 __all__ = [
     "EVAL_DATASETS",
     "RUN_FILE",
     "Context",
     "EndpointPolicy",
-    "Generation",
     "LocalPolicy",
     "Policy",
     "build_eval_set",

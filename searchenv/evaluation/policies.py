@@ -5,7 +5,8 @@ A policy with its weights here is a :class:`TokenPolicy`: it plays episodes toke
 :class:`searchenv.rollout.EpisodeDriver`, exactly the path its training took, so a checkpoint's held-out numbers
 come from the token sequences it learned on (:class:`LocalPolicy`, :class:`VLLMPolicy`). A server only speaks
 text: an :class:`EndpointPolicy` continues each conversation (a :class:`Context`: the prompt the environment wrote
-plus the response so far) until a stop string or EOS and returns one :class:`Generation` per context.
+plus the response so far) until a stop string or EOS and returns one
+:class:`~searchenv.llm.client.Completion` per context.
 
 Sampling follows the papers' evaluation: greedy (temperature 0) unless asked otherwise.
 """
@@ -14,16 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, NamedTuple
 from typing import Protocol as TypingProtocol
 
 from searchenv.llm.blocking import run_coroutine
-from searchenv.llm.client import MODES, EndpointClient, EndpointUnavailable
+from searchenv.llm.client import MODES, Completion, EndpointClient, EndpointUnavailable
 from searchenv.llm.local import local_device, model_window
 from searchenv.rollout.turn_generator import GeneratedTurn, TurnGenerator
 from searchenv.sampling import SamplingConfig
@@ -31,7 +31,6 @@ from searchenv.sampling import SamplingConfig
 __all__ = [
     "Context",
     "EndpointPolicy",
-    "Generation",
     "LocalPolicy",
     "Policy",
     "PolicyError",
@@ -57,20 +56,6 @@ class Context(NamedTuple):
         return [json.loads(t) for t in self.tools] or None
 
 
-@dataclass(frozen=True)
-class Generation:
-    """What a policy wrote for one context.
-
-    ``num_tokens`` is the number of tokens the model generated (the engine's count; an endpoint's
-    ``usage.completion_tokens``). ``finish_reason``: ``"stop"`` (stop string or EOS), ``"length"`` (the per-turn
-    cap) or ``"context_full"`` (no room left in the model's window; nothing was generated).
-    """
-
-    text: str
-    num_tokens: int
-    finish_reason: str
-
-
 class Policy(TypingProtocol):
     """A policy behind a text interface (an OpenAI-compatible endpoint): it continues a batch of conversations,
     stopping at any of ``stop`` or EOS. Policies whose weights are here are :class:`TokenPolicy`.
@@ -81,7 +66,7 @@ class Policy(TypingProtocol):
 
     name: str
 
-    def generate(self, contexts: Sequence[Context], stop: Sequence[str]) -> list[Generation]: ...
+    def generate(self, contexts: Sequence[Context], stop: Sequence[str]) -> list[Completion]: ...
 
 
 def _chat_text(tokenizer: Any, context: Context, chat_template: bool | None) -> str:
@@ -275,17 +260,17 @@ class EndpointPolicy:
     def with_seed(self, seed: int) -> EndpointPolicy:
         """The same endpoint, requests sent with sampling seed ``seed`` (a client of its own: own pool, counters)."""
         other = copy.copy(self)
-        other.sampling = dataclasses.replace(self.sampling, seed=seed)
+        other.sampling = replace(self.sampling, seed=seed)
         other.client = copy.copy(self.client)  # __getstate__/__setstate__: fresh transient pools
         other.client.sampling = other.sampling
         return other
 
-    async def agenerate(self, contexts: Sequence[Context], stop: Sequence[str]) -> list[Generation]:
+    async def agenerate(self, contexts: Sequence[Context], stop: Sequence[str]) -> list[Completion]:
         """One generation per context, the requests awaited concurrently on the running event loop."""
         return list(await asyncio.gather(*(self._one(context, stop) for context in contexts)))
 
-    def generate(self, contexts: Sequence[Context], stop: Sequence[str]) -> list[Generation]:
-        async def once() -> list[Generation]:
+    def generate(self, contexts: Sequence[Context], stop: Sequence[str]) -> list[Completion]:
+        async def once() -> list[Completion]:
             try:
                 return await self.agenerate(contexts, stop)
             finally:
@@ -305,7 +290,7 @@ class EndpointPolicy:
 
         run_coroutine(once)
 
-    async def _one(self, context: Context, stop: Sequence[str], max_tokens: int | None = None) -> Generation:
+    async def _one(self, context: Context, stop: Sequence[str], max_tokens: int | None = None) -> Completion:
         if self.mode == "completions" and self.tokenizer is not None:
             prompt, response = _chat_text(self.tokenizer, context, self.chat_template), ""
         else:
@@ -316,7 +301,7 @@ class EndpointPolicy:
             )
         except EndpointUnavailable as exc:
             raise PolicyError(self._explain(exc)) from None
-        return Generation(reply.text, reply.num_tokens, reply.finish_reason)
+        return reply
 
     def _explain(self, error: EndpointUnavailable) -> str:
         """The operator's message for a request that got no generation: the cause and the fix."""

@@ -31,6 +31,7 @@ from searchenv.evaluation.policies import Context, Policy, TokenPolicy
 from searchenv.evaluation.progress import EvalProgress
 from searchenv.evaluation.report import search_failed
 from searchenv.protocol import get_protocol
+from searchenv.registration import ENV_ID
 from searchenv.reward_specs.metrics import answer_in_passages, answer_scores
 from searchenv.types import QAExample, Retriever
 
@@ -235,12 +236,10 @@ def episode_record(cell: Cell, record_id: str, env: Any, prompt: str, response_t
 def _make_envs(cell: Cell, retriever: Retriever, n: int) -> list[Any]:
     import gymnasium as gym
 
-    import searchenv
-
     s = cell.settings
     protocol = method_protocol(cell.method, get_protocol(s["protocol"]))
     first = gym.make(
-        searchenv.ENV_ID,
+        ENV_ID,
         dataset=[example for _, example in cell.examples],
         retriever=retriever,
         reward=s["reward"],
@@ -265,29 +264,23 @@ def _play_batch(
     A policy whose weights are here plays token in, token out (:func:`_play_tokens`); an endpoint plays text."""
     if hasattr(policy, "generator"):
         return _play_tokens(envs, policy, cell, indices, progress)
-    import searchenv
+    from searchenv.env.stepping import step_batch
 
     prompts = [env.reset(options={"index": i})[0] for env, i in zip(envs, indices)]
     protocol = envs[0].protocol
     tokens = [0] * len(envs)
     forced = [forced_first_action(cell.method, protocol, cell.examples[i][1].question) for i in indices]
     if forced[0] is not None:
-        searchenv.step_batch(envs, forced)  # RAG: the harness's retrieval (budget 2: it cannot end the episode)
+        step_batch(envs, forced)  # RAG: the harness's retrieval (budget 2: it cannot end the episode)
     active = [j for j, env in enumerate(envs) if not env.episode.done]
     while active:
         contexts = [Context(prompts[j], envs[j].episode.response_text, protocol.tools_json) for j in active]
-        generations = policy.generate(contexts, protocol.stop_strings)
+        replies = policy.generate(contexts, protocol.stop_strings)
         if progress is not None:
-            progress.turn_done([g.num_tokens for g in generations])
-        stepping = []
-        for j, generation in zip(active, generations):
-            tokens[j] += generation.num_tokens
-            if generation.finish_reason == "context_full":
-                envs[j].truncate("context_limit")  # the model's window is full, like a trainer's length cut
-            else:
-                stepping.append((j, generation.text))
-        if stepping:
-            searchenv.step_batch([envs[j] for j, _ in stepping], [text for _, text in stepping])
+            progress.turn_done([reply.num_tokens for reply in replies])
+        for j, reply in zip(active, replies):
+            tokens[j] += reply.num_tokens
+        step_batch([envs[j] for j in active], [reply.text for reply in replies])
         active = [j for j in active if not envs[j].episode.done]
     return list(zip(prompts, tokens))
 

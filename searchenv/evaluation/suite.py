@@ -224,11 +224,11 @@ def _endpoint(
 def _judge(args: argparse.Namespace) -> Any:
     if not args.judge_url:
         return None
-    from searchenv.evaluation.judge import LLMJudge
+    from searchenv.evaluation.judged_accuracy import JudgedAccuracy
 
     if not args.judge_model:
         raise ValueError("--judge-url needs --judge-model (the model name the judge server serves)")
-    judge = LLMJudge(args.judge_url, args.judge_model, retries=args.retries, timeout=args.timeout)
+    judge = JudgedAccuracy(args.judge_url, args.judge_model, retries=args.retries, timeout=args.timeout)
     judge.check()
     return judge
 

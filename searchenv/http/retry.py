@@ -3,7 +3,7 @@
 Every HTTP client of searchenv talks to something that can be briefly away: a retrieval server being restarted
 (Search-R1's takes 10–15 s to come back), a web API answering 429 with ``Retry-After``, an LLM endpoint (the
 judge, the simulated engine, ``searchenv eval``'s endpoint policy) behind a proxy that answers 502 while the
-model server restarts. The client of a ``/retrieve`` service (:mod:`searchenv.retrievers.http.remote`), the web
+model server restarts. The client of a ``/retrieve`` service (:mod:`searchenv.retrievers.remote.retriever`), the web
 search backends (:mod:`searchenv.retrievers.web`) and the LLM client (:mod:`searchenv.llm.client`) all retry
 here, by these rules, and this is the only module that reads ``Retry-After``:
 

@@ -141,14 +141,14 @@ class EpisodeDriver:
     def force(self, actions: Sequence[str | None]) -> None:
         """Step the episodes with actions the harness wrote, not the model (RAG's retrieval for the question):
         ``actions[i]`` for environment ``i``, ``None`` to leave it. Their tokens are in the context with mask 0."""
-        import searchenv
+        from searchenv.env.stepping import step_batch
 
         rows = [i for i in self._active if actions[i] is not None]
         if not rows:
             return
         for i in rows:
             self._builders[i].add_forced(str(actions[i]))
-        self._absorb(rows, searchenv.step_batch([self.envs[i] for i in rows], [str(actions[i]) for i in rows]))
+        self._absorb(rows, step_batch([self.envs[i] for i in rows], [str(actions[i]) for i in rows]))
 
     # -- sample -----------------------------------------------------------------------------------------------
     def requests(self) -> list[TurnRequest]:
@@ -189,7 +189,7 @@ class EpisodeDriver:
     # -- apply ------------------------------------------------------------------------------------------------
     def apply(self, turns: Mapping[int, GeneratedTurn]) -> None:
         """Hand each sampled turn to its environment (one batched step) and append what the environments wrote."""
-        import searchenv
+        from searchenv.env.stepping import step_batch
 
         rows = [i for i in self._active if i in turns]
         actions = [
@@ -199,7 +199,7 @@ class EpisodeDriver:
             for i in rows
         ]
         if rows:
-            self._absorb(rows, searchenv.step_batch([self.envs[i] for i in rows], actions))
+            self._absorb(rows, step_batch([self.envs[i] for i in rows], actions))
 
     def _absorb(self, rows: Sequence[int], results: Sequence[tuple]) -> None:
         for i, (obs, reward, terminated, truncated, info) in zip(rows, results, strict=True):
@@ -284,9 +284,9 @@ def make_envs(n: int, **env_kwargs: Any) -> list[SearchQAEnv]:
     """
     import gymnasium as gym
 
-    import searchenv
+    from searchenv.registration import ENV_ID
 
     if n < 1:
         raise ValueError(f"need at least one environment, got n={n}")
-    first = gym.make(searchenv.ENV_ID, **env_kwargs).unwrapped
+    first = gym.make(ENV_ID, **env_kwargs).unwrapped
     return [first, *(first.sibling() for _ in range(n - 1))]

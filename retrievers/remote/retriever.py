@@ -38,7 +38,7 @@ from searchenv.http.retry import (
     attempt_failed_from_exception,
     attempt_failed_from_status,
 )
-from searchenv.retrievers.http.wire import WireError, content_id, parse_hits, request_payload
+from searchenv.retrievers.remote.wire import WireError, content_id, parse_hits, request_payload
 from searchenv.types import Passage
 
 if TYPE_CHECKING:  # httpx is imported on first use, so importing this module needs no server extra

@@ -8,12 +8,11 @@ from typing import Any
 
 from searchenv.evaluation.policies import PolicyError
 from searchenv.reward_specs.judging.judge import Case, Judge
-from searchenv.reward_specs.judging.prompt import judge_prompt
 
-__all__ = ["LLMJudge", "judge_prompt"]
+__all__ = ["JudgedAccuracy"]
 
 
-class LLMJudge:
+class JudgedAccuracy:
     """Grades records in place: ``record["judge"]`` is 1.0 (yes), 0.0 (no, or no prediction) or None (an unclear
     reply, or the judge could not be asked): an episode the judge did not grade is left out of ACC_L, never
     counted as wrong."""
