@@ -191,6 +191,7 @@ def _check_web(name: str, options: Mapping[str, Any]) -> None:
 
     require_extra("web", ("httpx", "trafilatura"), f"retriever {name!r}")
 
+
 _WRAPPED = _options(
     base=EngineOption(object, "the engine whose results are degraded: a name or an object with search(queries, k)"),
     base_options=EngineOption(object, "the base engine's options, when it is given by name"),

@@ -40,29 +40,44 @@ _EXPORTS = {
     "generate_world": "searchenv.data.world.generator",
 }
 
-#: The public names, listed once (``_EXPORTS``); the block below repeats them only for type checkers.
+#: The public names, listed once (``_EXPORTS``); the block below repeats them only for type checkers (``X as X``:
+#: a re-export).
 __all__ = ["ENV_ID", "__version__", *_EXPORTS]
 
 if TYPE_CHECKING:
-    from searchenv.corpus import Corpus
-    from searchenv.data.datasets import load_dataset
-    from searchenv.data.world.generator import generate_world
-    from searchenv.env.search_qa import SearchQAEnv
-    from searchenv.env.step_rules import StepResult
-    from searchenv.env.stepping import step_batch, step_batch_async
-    from searchenv.env.vector import SearchQAVectorEnv
-    from searchenv.episode.episode import Episode, Segment
-    from searchenv.protocol import PROTOCOLS, Protocol, parse_action
-    from searchenv.retrievers import make_retriever
-    from searchenv.reward_specs import load_reward
+    from searchenv.corpus import Corpus as Corpus
+    from searchenv.data.datasets import load_dataset as load_dataset
+    from searchenv.data.world.generator import generate_world as generate_world
+    from searchenv.env.search_qa import SearchQAEnv as SearchQAEnv
+    from searchenv.env.step_rules import StepResult as StepResult
+    from searchenv.env.stepping import step_batch as step_batch
+    from searchenv.env.stepping import step_batch_async as step_batch_async
+    from searchenv.env.vector import SearchQAVectorEnv as SearchQAVectorEnv
+    from searchenv.episode.episode import Episode as Episode
+    from searchenv.episode.episode import Segment as Segment
+    from searchenv.protocol import PROTOCOLS as PROTOCOLS
+    from searchenv.protocol import Protocol as Protocol
+    from searchenv.protocol import parse_action as parse_action
+    from searchenv.retrievers import make_retriever as make_retriever
+    from searchenv.reward_specs import load_reward as load_reward
     from searchenv.tokenization import (
-        EpisodeTokens,
-        TokenizedEpisode,
-        encode_prompt,
-        tokenize_episode,
-        tokenize_segments,
+        EpisodeTokens as EpisodeTokens,
     )
-    from searchenv.types import Passage, QAExample, Retriever
+    from searchenv.tokenization import (
+        TokenizedEpisode as TokenizedEpisode,
+    )
+    from searchenv.tokenization import (
+        encode_prompt as encode_prompt,
+    )
+    from searchenv.tokenization import (
+        tokenize_episode as tokenize_episode,
+    )
+    from searchenv.tokenization import (
+        tokenize_segments as tokenize_segments,
+    )
+    from searchenv.types import Passage as Passage
+    from searchenv.types import QAExample as QAExample
+    from searchenv.types import Retriever as Retriever
 
 
 def __getattr__(name: str) -> Any:

@@ -93,7 +93,7 @@ def test_the_shared_clients_end_a_dripping_request_at_its_deadline(dripping_url:
 
 
 def test_the_remote_retriever_ends_within_its_timeout_and_retry_window(dripping_url: str) -> None:
-    from searchenv.retrievers.http.remote import RemoteRetriever
+    from searchenv.retrievers.remote.retriever import RemoteRetriever
 
     remote = RemoteRetriever(dripping_url, timeout=0.5, retry_window=1.0, backoff=0.05, on_error="empty")
     results: list = []
