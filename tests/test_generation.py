@@ -378,3 +378,20 @@ def test_a_bf16_sampler_decodes_from_a_copy_and_copies_again_after_an_update(smo
         for layer in model.model.layers:
             layer.mlp.down_proj.weight.mul_(-1.0)
     assert engine.generate([context], [], [6])[0].token_ids == bf16_greedy()
+
+
+def test_rows_with_no_budget_get_empty_turns_and_the_cache_stays_right(smollm2):
+    """Every row's cap 0 crashed the engine (an empty float index); a row of cap 0 beside decoding rows is parked
+    from the start and merged back with the rest, and the next turn still gives what a fresh engine gives."""
+    model, tok = smollm2
+    sampling = SamplingConfig(temperature=0, max_new_tokens=10)
+    engine = HFGenerator(model, tok, sampling)
+    texts = ["Say hello to", "Paris is the capital of", "The capital of France is", "1, 2, 3,"]
+    contexts = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    assert engine.generate(contexts[:2], ["."], [0, 0]) == [GeneratedTurn([], []), GeneratedTurn([], [])]
+    first = engine.generate(contexts, ["."], [0, 10, 10, 3])  # one row idle, the others end at different steps
+    assert first[0] == GeneratedTurn([], []) and len({len(t.token_ids) for t in first[1:]}) > 1
+    later = [c + t.token_ids for c, t in zip(contexts, first)]
+    cached = engine.generate(later, [], [6] * 4)
+    fresh = HFGenerator(model, tok, sampling).generate(later, [], [6] * 4)
+    assert [t.token_ids for t in cached] == [t.token_ids for t in fresh]

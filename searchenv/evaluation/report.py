@@ -81,11 +81,6 @@ def search_failed(record: Mapping[str, Any]) -> bool:
     return bool(record.get("num_failed_searches"))
 
 
-def _answered(record: Mapping[str, Any]) -> bool:
-    # records written before 0.2.0 say "answered" instead of naming the end reason
-    return record.get("end_reason") == "answer" if "end_reason" in record else bool(record.get("answered"))
-
-
 def _pass_at_k(records: Sequence[Mapping[str, Any]]) -> tuple[int | None, float | None]:
     """``(k, pass@k)``: the most samples drawn for one question and the share of questions with some sample
     right (EM 1); ``(None, None)`` when each question was played once (pass@1 is the EM column)."""

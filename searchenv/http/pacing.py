@@ -8,7 +8,6 @@ API (``min_interval``), the page reader with one key per host (``host_interval``
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Hashable
@@ -20,7 +19,7 @@ class RequestPacer:
     """Spaces request starts by at least ``interval`` seconds per key, across threads and coroutines.
 
     A caller reserves the next free start of its key (so concurrent callers queue in order, none skipped) and
-    then waits until it comes: :meth:`wait` in a thread, ``await`` :meth:`await_turn` in an event loop.
+    then waits until it comes (:meth:`wait`; the web backends and the page reader request from threads).
     ``interval=0`` never waits.
     """
 
@@ -46,9 +45,3 @@ class RequestPacer:
         delay = self.reserve(key)
         if delay > 0:
             time.sleep(delay)
-
-    async def await_turn(self, key: Hashable = "") -> None:
-        """Wait, without blocking the event loop, until ``key``'s next start."""
-        delay = self.reserve(key)
-        if delay > 0:
-            await asyncio.sleep(delay)

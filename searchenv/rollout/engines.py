@@ -280,9 +280,10 @@ class _Batch:
         """Take the rows at ``positions`` out of this batch (they stop decoding) and return them as a batch."""
         import torch
 
-        taken = torch.tensor(positions, device=self.mask.device)
+        taken = torch.tensor(positions, dtype=torch.long, device=self.mask.device)
         leaving = set(positions)
-        kept = torch.tensor([p for p in range(self.mask.shape[0]) if p not in leaving], device=taken.device)
+        staying = [p for p in range(self.mask.shape[0]) if p not in leaving]  # none when every row's cap is 0
+        kept = torch.tensor(staying, dtype=torch.long, device=taken.device)
         out = _Batch.__new__(_Batch)
         out.cache = growing_cache([(k.index_select(0, taken), v.index_select(0, taken)) for k, v in self.layers])
         out.mask, out.new_counts = self.mask.index_select(0, taken), []
@@ -313,8 +314,8 @@ class _Batch:
         mask = torch.cat([padded(m, 1) for _, m, _ in parts]).index_select(0, index)
         layers = []
         for layer in range(len(self.layers)):
-            keys = torch.cat([padded(ls[layer][0], 2) for ls, _, _ in parts if ls]).index_select(0, index)
-            values = torch.cat([padded(ls[layer][1], 2) for ls, _, _ in parts if ls]).index_select(0, index)
+            keys = torch.cat([padded(ls[layer][0], 2) for ls, _, _ in parts]).index_select(0, index)
+            values = torch.cat([padded(ls[layer][1], 2) for ls, _, _ in parts]).index_select(0, index)
             layers.append((keys, values))
         self.cache, self.mask = growing_cache(layers), mask
 
