@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from searchenv.adapters.ppo.batch import collate, token_logprobs
+from searchenv.adapters.ppo.batch import collate, split_micro_batches, token_logprobs
 from searchenv.adapters.ppo.losses import (
     explained_variance,
     gae_advantages,
@@ -282,6 +282,34 @@ def test_a_shared_prompt_runs_once_with_the_logprobs_and_gradients_of_separate_p
     assert torch.allclose(shared, expected, atol=1e-4)
     for got, want in zip(gradient(token_logprobs(model, batch)), gradient(separate_passes())):
         assert torch.allclose(got, want, atol=1e-3 * max(1.0, float(want.abs().max())))
+
+
+def test_micro_batches_keep_groups_together_and_drop_only_columns_every_row_pads(policy):
+    """Rows sharing a prompt go to one micro-batch, shortest response first; a micro-batch whose rows all pad a
+    column (a shorter prompt, shorter responses than the batch's longest) gives the log-probabilities the whole
+    batch gives those rows, at the batch's response width."""
+    model, tok = policy
+    long_question = "Which river runs through the old capital of the northern province, and who named it?"
+    episodes = [
+        _episode(tok, "Q two?", [("model", "<answer> b </answer>")]),
+        _episode(
+            tok,
+            long_question,
+            [("model", "<search> a </search>"), ("env", "\n<information>x y z w v u t s r q p"), ("model", "b c")],
+        ),
+        _episode(tok, "Q two?", [("model", "hmm <search> b </search>"), ("env", "\n<information>q</information>")]),
+        _episode(tok, long_question, [("model", "<answer> c </answer>")]),
+    ]
+    batch = collate(episodes, [1.0, 0.0, 0.5, 0.0], tok.pad_token_id)
+    parts = split_micro_batches(batch, torch.tensor([3, 2, 1, 0]), 2)
+    assert [part.tolist() for part in parts] == [[0, 2], [3, 1]]
+    with torch.no_grad():
+        whole = token_logprobs(model, batch)
+        short = batch.select(parts[0])  # shorter prompts and responses: padding columns in every row
+        assert not short.attention_mask[:, 0].any() and not short.response_mask[:, -1].any()
+        got = token_logprobs(model, short)
+    assert got.shape == (2, whole.shape[1])
+    assert torch.allclose(got, whole[parts[0]], atol=1e-4) and got[short.loss_mask > 0].ne(0).all()
 
 
 def test_explained_variance_is_one_for_a_perfect_critic_and_zero_for_a_constant_one():

@@ -19,7 +19,7 @@ from torch import nn
 
 from searchenv.tokenization import TokenizedEpisode
 
-__all__ = ["Batch", "ValueModel", "collate", "token_logprobs"]
+__all__ = ["Batch", "ValueModel", "collate", "split_micro_batches", "token_logprobs"]
 
 
 @dataclass
@@ -79,6 +79,40 @@ def collate(episodes: Sequence[TokenizedEpisode], rewards: Sequence[float], pad_
     )
 
 
+def split_micro_batches(batch: Batch, rows: torch.Tensor, size: int) -> list[torch.Tensor]:
+    """``rows`` of ``batch`` split into micro-batches of ``size`` rows: rows that share a prompt side by side (a
+    GRPO group), groups in order of their longest response and each group's rows by response length. A micro-batch
+    then runs as few distinct prompts (:func:`response_hidden` runs each once) and as little padding (it drops the
+    columns every row pads) as the split allows. A mini-batch's gradient is the sum of its micro-batches', so the
+    grouping changes no result beyond float rounding."""
+    width = batch.prompt_width
+    lengths = batch.response_mask.sum(-1).tolist()
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for row in rows.tolist():
+        prompt = batch.input_ids[row, :width][batch.attention_mask[row, :width].bool()]
+        groups.setdefault(tuple(prompt.tolist()), []).append(row)
+    ordered = sorted(groups.values(), key=lambda group: max(lengths[r] for r in group))
+    order = [row for group in ordered for row in sorted(group, key=lengths.__getitem__)]
+    return list(torch.tensor(order, dtype=torch.long).split(size))
+
+
+def _trimmed(batch: Batch) -> tuple[Batch, int]:
+    """``batch`` without the columns that every row pads (the left of the prompts, the right of the responses), and
+    how many response columns were cut at the right. Positions count real tokens only, so nothing else changes."""
+    first = int(batch.attention_mask[:, : batch.prompt_width].any(0).long().argmax()) if batch.prompt_width else 0
+    keep = max(int(batch.response_mask.sum(-1).max()), 1)
+    end = batch.prompt_width + keep
+    trimmed = Batch(
+        batch.input_ids[:, first:end],
+        batch.attention_mask[:, first:end],
+        batch.prompt_width - first,
+        batch.response_mask[:, :keep],
+        batch.loss_mask[:, :keep],
+        batch.rewards,
+    )
+    return trimmed, batch.response_mask.shape[1] - keep
+
+
 def _forward(model: nn.Module, batch: Batch, **kwargs: Any) -> Any:
     # Positions count real tokens only, so a left-padded prompt sees the same positions as during generation.
     positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
@@ -89,7 +123,13 @@ def response_hidden(decoder: nn.Module, batch: Batch) -> torch.Tensor:
     """The decoder's final hidden state before every response token: ``(episodes, response_width, hidden)``.
 
     Rows with the same (left-padded) prompt share one pass over it: the prompt runs once per distinct prompt with
-    its keys and values kept, those are copied to each row of its group, and the responses run on top."""
+    its keys and values kept, those are copied to each row of its group, and the responses run on top. Columns
+    that every row pads are left out of the passes (the hidden states there are zeros)."""
+    batch, cut = _trimmed(batch)
+    return nn.functional.pad(_response_hidden(decoder, batch), (0, 0, 0, cut))
+
+
+def _response_hidden(decoder: nn.Module, batch: Batch) -> torch.Tensor:
     from searchenv.rollout.kv_cache import cache_keyword, output_cache
 
     width = batch.prompt_width
