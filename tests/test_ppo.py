@@ -249,6 +249,49 @@ def test_chunked_logprobs_and_entropy_equal_the_full_log_softmax(policy):
     model.zero_grad(set_to_none=True)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_log_probabilities_entropy_and_their_gradients_equal_autograd_through_the_full_softmax(bf16):
+    """The lm head's own backward pass (logits computed again, one sweep for both outputs) gives the gradients that
+    autograd through the full log-softmax gives, for the log-probabilities and the entropy, with a temperature, a
+    head bias, and under bf16 autocast."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from searchenv.tokenization import TokenizedEpisode
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=97, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2
+    )
+    model = LlamaForCausalLM(config)
+    model.lm_head.bias = torch.nn.Parameter(torch.randn(97) * 0.1)
+    episodes = [
+        TokenizedEpisode([5, 6, 7], [8, 9, 10, 11, 12], [1, 1, 0, 1, 1]),
+        TokenizedEpisode([5, 6], [13, 14, 15], [1, 0, 1]),
+    ]
+    batch = collate(episodes, [1.0, 0.0], 0)
+    weights = torch.rand(batch.loss_mask.shape)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+
+    def gradients(logprobs, entropy):
+        model.zero_grad(set_to_none=True)
+        ((logprobs * weights).sum() + (entropy * weights.flip(-1) * batch.loss_mask).sum()).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    with autocast:
+        got = token_logprobs(model, batch, temperature=0.7, chunk=3, with_entropy=True)
+    with autocast:
+        positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions).logits
+    full = (logits[:, batch.prompt_width - 1 : -1].float() / 0.7).log_softmax(-1)
+    chosen = full.gather(-1, batch.input_ids[:, batch.prompt_width :, None]).squeeze(-1) * batch.loss_mask
+    expected = (chosen, -(full.exp() * full).sum(-1) * batch.loss_mask)
+    tolerance = 2e-2 if bf16 else 1e-5
+    for value, want in zip(got, expected):
+        assert torch.allclose(value, want, atol=tolerance)
+    for grad, want in zip(gradients(*got), gradients(*expected)):
+        assert torch.allclose(grad, want, atol=tolerance * max(1.0, float(want.abs().max())))
+
+
 def test_a_shared_prompt_runs_once_with_the_logprobs_and_gradients_of_separate_passes(policy):
     """A GRPO group shares its prompt: one pass over it, keys and values copied to each episode, gives the per-token
     log-probabilities and the gradient of one full pass per episode."""
