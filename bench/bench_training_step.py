@@ -10,7 +10,7 @@ and the ratio.
 
     OMP_WAIT_POLICY=passive python bench/bench_training_step.py --baseline ea36c0d --repeats 3 --steps 4 \
         --json runs/bench_training_step.json
-    OMP_WAIT_POLICY=passive python bench/bench_training_step.py --baseline ea36c0d --repeats 1 --steps 3 --bf16 \
+    OMP_WAIT_POLICY=passive python bench/bench_training_step.py --baseline 26bfe1b --repeats 1 --steps 3 --bf16 \
         --sizes learn --model runs/learns/sft/final --json runs/bench_training_step_learn.json
 """
 
@@ -28,8 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 #: The sizes each side trains at. ``cpu``: the CPU recipe of the time (2 questions x 4 episodes, the worked-example
 #: prompt, 2 passages of <= 40 words, 2 actions of <= 32 tokens). ``learn``: the RL stage of ``searchenv learn``
-#: (3 questions x 8 episodes, EM, 2 passages sharing 70 words, 6 actions of <= 80 tokens; give ``--model`` its
-#: warm start, ``runs/learns/sft/final``, so episodes look like the recipe's and not like an untrained model's).
+#: (3 questions x 8 episodes, EM, 2 passages sharing 70 words, 6 actions of <= 80 tokens, the top 16 layers trained;
+#: give ``--model`` its warm start, ``runs/learns/sft/final``, so episodes look like the recipe's and not like an
+#: untrained model's; a baseline before ``trainable_layers`` existed needs ``--sizes cpu``).
 SIZES = {
     "cpu": {
         "env": {"dataset": "world", "retriever": "bm25", "reward": "r1-searcher-stage1"}
@@ -43,7 +44,7 @@ SIZES = {
         | {"max_turns": 6, "topk": 2, "max_information_words": 70},
         "config": {"algorithm": "grpo", "lr": 3e-5, "prompts_per_step": 3, "group_size": 8, "mini_batch_size": 24}
         | {"micro_batch_size": 8, "max_new_tokens": 80, "max_total_tokens": 1536, "kl_coef": 0.0}
-        | {"chat_template": False},
+        | {"chat_template": False, "trainable_layers": 16},
     },
 }
 

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from searchenv.adapters.ppo.batch import collate, token_logprobs
+from searchenv.adapters.ppo.batch import collate, split_micro_batches, token_logprobs
 from searchenv.adapters.ppo.losses import (
     explained_variance,
     gae_advantages,
@@ -249,6 +249,49 @@ def test_chunked_logprobs_and_entropy_equal_the_full_log_softmax(policy):
     model.zero_grad(set_to_none=True)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_log_probabilities_entropy_and_their_gradients_equal_autograd_through_the_full_softmax(bf16):
+    """The lm head's own backward pass (logits computed again, one sweep for both outputs) gives the gradients that
+    autograd through the full log-softmax gives, for the log-probabilities and the entropy, with a temperature, a
+    head bias, and under bf16 autocast."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from searchenv.tokenization import TokenizedEpisode
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=97, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2
+    )
+    model = LlamaForCausalLM(config)
+    model.lm_head.bias = torch.nn.Parameter(torch.randn(97) * 0.1)
+    episodes = [
+        TokenizedEpisode([5, 6, 7], [8, 9, 10, 11, 12], [1, 1, 0, 1, 1]),
+        TokenizedEpisode([5, 6], [13, 14, 15], [1, 0, 1]),
+    ]
+    batch = collate(episodes, [1.0, 0.0], 0)
+    weights = torch.rand(batch.loss_mask.shape)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+
+    def gradients(logprobs, entropy):
+        model.zero_grad(set_to_none=True)
+        ((logprobs * weights).sum() + (entropy * weights.flip(-1) * batch.loss_mask).sum()).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    with autocast:
+        got = token_logprobs(model, batch, temperature=0.7, chunk=3, with_entropy=True)
+    with autocast:
+        positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions).logits
+    full = (logits[:, batch.prompt_width - 1 : -1].float() / 0.7).log_softmax(-1)
+    chosen = full.gather(-1, batch.input_ids[:, batch.prompt_width :, None]).squeeze(-1) * batch.loss_mask
+    expected = (chosen, -(full.exp() * full).sum(-1) * batch.loss_mask)
+    tolerance = 2e-2 if bf16 else 1e-5
+    for value, want in zip(got, expected):
+        assert torch.allclose(value, want, atol=tolerance)
+    for grad, want in zip(gradients(*got), gradients(*expected)):
+        assert torch.allclose(grad, want, atol=tolerance * max(1.0, float(want.abs().max())))
+
+
 def test_a_shared_prompt_runs_once_with_the_logprobs_and_gradients_of_separate_passes(policy):
     """A GRPO group shares its prompt: one pass over it, keys and values copied to each episode, gives the per-token
     log-probabilities and the gradient of one full pass per episode."""
@@ -282,6 +325,34 @@ def test_a_shared_prompt_runs_once_with_the_logprobs_and_gradients_of_separate_p
     assert torch.allclose(shared, expected, atol=1e-4)
     for got, want in zip(gradient(token_logprobs(model, batch)), gradient(separate_passes())):
         assert torch.allclose(got, want, atol=1e-3 * max(1.0, float(want.abs().max())))
+
+
+def test_micro_batches_keep_groups_together_and_drop_only_columns_every_row_pads(policy):
+    """Rows sharing a prompt go to one micro-batch, shortest response first; a micro-batch whose rows all pad a
+    column (a shorter prompt, shorter responses than the batch's longest) gives the log-probabilities the whole
+    batch gives those rows, at the batch's response width."""
+    model, tok = policy
+    long_question = "Which river runs through the old capital of the northern province, and who named it?"
+    episodes = [
+        _episode(tok, "Q two?", [("model", "<answer> b </answer>")]),
+        _episode(
+            tok,
+            long_question,
+            [("model", "<search> a </search>"), ("env", "\n<information>x y z w v u t s r q p"), ("model", "b c")],
+        ),
+        _episode(tok, "Q two?", [("model", "hmm <search> b </search>"), ("env", "\n<information>q</information>")]),
+        _episode(tok, long_question, [("model", "<answer> c </answer>")]),
+    ]
+    batch = collate(episodes, [1.0, 0.0, 0.5, 0.0], tok.pad_token_id)
+    parts = split_micro_batches(batch, torch.tensor([3, 2, 1, 0]), 2)
+    assert [part.tolist() for part in parts] == [[0, 2], [3, 1]]
+    with torch.no_grad():
+        whole = token_logprobs(model, batch)
+        short = batch.select(parts[0])  # shorter prompts and responses: padding columns in every row
+        assert not short.attention_mask[:, 0].any() and not short.response_mask[:, -1].any()
+        got = token_logprobs(model, short)
+    assert got.shape == (2, whole.shape[1])
+    assert torch.allclose(got, whole[parts[0]], atol=1e-4) and got[short.loss_mask > 0].ne(0).all()
 
 
 def test_explained_variance_is_one_for_a_perfect_critic_and_zero_for_a_constant_one():

@@ -19,7 +19,7 @@ from torch import nn
 
 from searchenv.tokenization import TokenizedEpisode
 
-__all__ = ["Batch", "ValueModel", "collate", "token_logprobs"]
+__all__ = ["Batch", "ValueModel", "collate", "split_micro_batches", "token_logprobs"]
 
 
 @dataclass
@@ -79,6 +79,40 @@ def collate(episodes: Sequence[TokenizedEpisode], rewards: Sequence[float], pad_
     )
 
 
+def split_micro_batches(batch: Batch, rows: torch.Tensor, size: int) -> list[torch.Tensor]:
+    """``rows`` of ``batch`` split into micro-batches of ``size`` rows: rows that share a prompt side by side (a
+    GRPO group), groups in order of their longest response and each group's rows by response length. A micro-batch
+    then runs as few distinct prompts (:func:`response_hidden` runs each once) and as little padding (it drops the
+    columns every row pads) as the split allows. A mini-batch's gradient is the sum of its micro-batches', so the
+    grouping changes no result beyond float rounding."""
+    width = batch.prompt_width
+    lengths = batch.response_mask.sum(-1).tolist()
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for row in rows.tolist():
+        prompt = batch.input_ids[row, :width][batch.attention_mask[row, :width].bool()]
+        groups.setdefault(tuple(prompt.tolist()), []).append(row)
+    ordered = sorted(groups.values(), key=lambda group: max(lengths[r] for r in group))
+    order = [row for group in ordered for row in sorted(group, key=lengths.__getitem__)]
+    return list(torch.tensor(order, dtype=torch.long).split(size))
+
+
+def _trimmed(batch: Batch) -> tuple[Batch, int]:
+    """``batch`` without the columns that every row pads (the left of the prompts, the right of the responses), and
+    how many response columns were cut at the right. Positions count real tokens only, so nothing else changes."""
+    first = int(batch.attention_mask[:, : batch.prompt_width].any(0).long().argmax()) if batch.prompt_width else 0
+    keep = max(int(batch.response_mask.sum(-1).max()), 1)
+    end = batch.prompt_width + keep
+    trimmed = Batch(
+        batch.input_ids[:, first:end],
+        batch.attention_mask[:, first:end],
+        batch.prompt_width - first,
+        batch.response_mask[:, :keep],
+        batch.loss_mask[:, :keep],
+        batch.rewards,
+    )
+    return trimmed, batch.response_mask.shape[1] - keep
+
+
 def _forward(model: nn.Module, batch: Batch, **kwargs: Any) -> Any:
     # Positions count real tokens only, so a left-padded prompt sees the same positions as during generation.
     positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
@@ -89,7 +123,13 @@ def response_hidden(decoder: nn.Module, batch: Batch) -> torch.Tensor:
     """The decoder's final hidden state before every response token: ``(episodes, response_width, hidden)``.
 
     Rows with the same (left-padded) prompt share one pass over it: the prompt runs once per distinct prompt with
-    its keys and values kept, those are copied to each row of its group, and the responses run on top."""
+    its keys and values kept, those are copied to each row of its group, and the responses run on top. Columns
+    that every row pads are left out of the passes (the hidden states there are zeros)."""
+    batch, cut = _trimmed(batch)
+    return nn.functional.pad(_response_hidden(decoder, batch), (0, 0, 0, cut))
+
+
+def _response_hidden(decoder: nn.Module, batch: Batch) -> torch.Tensor:
     from searchenv.rollout.kv_cache import cache_keyword, output_cache
 
     width = batch.prompt_width
@@ -120,18 +160,69 @@ def response_hidden(decoder: nn.Module, batch: Batch) -> torch.Tensor:
     return torch.cat([last_prompt, rest.last_hidden_state[:, :-1]], dim=1)
 
 
-def _chunk_logprobs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool):
-    logits = head(hidden).float()
-    if temperature not in (0, 1):
-        logits = logits / temperature
-    normaliser = logits.logsumexp(-1)
-    chosen = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normaliser
-    if not entropy:
-        return chosen, torch.zeros_like(chosen)
-    # -Σ p·log p, not log Z - Σ p·logit: the latter subtracts two numbers near log Z (tens) in float32 and was
-    # 1e-3 off a float64 reference on SmolLM2 (this form: 6e-5).
-    logp = logits - normaliser.unsqueeze(-1)
-    return chosen, -(logp.exp() * logp).sum(-1)
+class _HeadLogprobs(torch.autograd.Function):
+    """One chunk through the lm head: each position's log-probability of its target and, when asked, the entropy of
+    its distribution (logits divided by ``temperature``).
+
+    Between the passes it holds only the chunk's hidden states and log-normalisers, never the ``(positions ×
+    vocabulary)`` logits; the backward pass computes the logits once more and writes the gradient of both outputs
+    in one sweep over them (d chosen / d z = onehot - p, d entropy / d z = -p (log p + entropy)). Autograd through
+    the plain operations would keep several vocabulary-wide tensors, or with activation checkpointing recompute the
+    whole forward and then differentiate it op by op: about twice the vocabulary-wide passes. Under autocast the
+    head runs in the autocast dtype in both passes, as a plain ``head(hidden)`` would."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature: float, with_entropy: bool):
+        logits = nn.functional.linear(hidden, weight, bias)  # under autocast: in its dtype, as ``head(hidden)``
+        low = logits.dtype
+        logits = _scaled(logits, temperature)
+        normaliser = logits.logsumexp(-1)
+        chosen = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normaliser
+        entropy = None
+        if with_entropy:
+            # -Σ p·log p, not log Z - Σ p·logit: the latter subtracts two numbers near log Z (tens) in float32 and
+            # was 1e-3 off a float64 reference on SmolLM2 (this form: 6e-5).
+            logp = logits.sub_(normaliser.unsqueeze(-1))
+            entropy = -(logp.exp() * logp).sum(-1)
+        ctx.low, ctx.temperature = low, temperature
+        ctx.set_materialize_grads(False)  # an output the loss does not read (the entropy, often) gets no pass
+        ctx.save_for_backward(hidden, weight, bias, targets, normaliser, entropy)
+        return chosen, entropy if entropy is not None else torch.zeros_like(chosen)
+
+    @staticmethod
+    def backward(ctx, grad_chosen, grad_entropy):
+        hidden, weight, bias, targets, normaliser, entropy = ctx.saved_tensors
+        if entropy is None:
+            grad_entropy = None
+        if grad_chosen is None and grad_entropy is None:
+            return None, None, None, None, None, None
+        with torch.autocast(hidden.device.type, enabled=False):
+            low = (hidden.to(ctx.low), weight.to(ctx.low), bias.to(ctx.low) if bias is not None else None)
+            logp = _scaled(nn.functional.linear(*low), ctx.temperature).sub_(normaliser.unsqueeze(-1))
+        scale = torch.zeros_like(normaliser) if grad_chosen is None else grad_chosen
+        scale = scale.unsqueeze(-1)
+        if grad_entropy is not None:
+            scale = scale + grad_entropy.unsqueeze(-1) * (logp + entropy.unsqueeze(-1))
+        grad = logp.exp_().mul_(scale).neg_()  # -p (g_chosen + g_entropy (log p + entropy))
+        if grad_chosen is not None:
+            grad.scatter_add_(-1, targets.unsqueeze(-1), grad_chosen.unsqueeze(-1))
+        if ctx.temperature not in (0, 1):
+            grad = grad.div_(ctx.temperature)
+        grad = grad.to(ctx.low)
+        grad_hidden = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_hidden = (grad @ low[1]).to(hidden.dtype)
+        if ctx.needs_input_grad[1]:
+            grad_weight = (grad.t() @ low[0]).to(weight.dtype)
+        if bias is not None and ctx.needs_input_grad[2]:
+            grad_bias = grad.sum(0).to(bias.dtype)
+        return grad_hidden, grad_weight, grad_bias, None, None, None
+
+
+def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """float32 logits divided by the sampling temperature (0 and 1 leave them as they are)."""
+    logits = logits.float()
+    return logits.div_(temperature) if temperature not in (0, 1) else logits
 
 
 def token_logprobs(
@@ -141,9 +232,10 @@ def token_logprobs(
     environment tokens and padding.
 
     Logits are divided by the sampling temperature so ratios compare the distribution actually sampled from.
-    The lm head runs on ``chunk`` response positions at a time and each chunk keeps only the chosen token's logit
-    and the log-sum-exp (plus the entropy when ``with_entropy``); under autograd each chunk is recomputed in the
-    backward pass (activation checkpointing), so neither pass holds more than ``chunk × vocabulary`` logits.
+    The lm head runs on ``chunk`` response positions at a time and each chunk keeps only the chosen token's
+    log-probability and the log-sum-exp (plus the entropy when ``with_entropy``); under autograd the backward pass
+    computes each chunk's logits again (:class:`_HeadLogprobs`), so neither pass holds more than ``chunk ×
+    vocabulary`` logits.
     """
     width = batch.input_ids.shape[1] - batch.prompt_width
     # The decoder body alone returns only its final (normed) hidden states; the lm head is applied below in chunks,
@@ -156,13 +248,8 @@ def token_logprobs(
     head = model.get_output_embeddings()
     chosen, entropy = [], []
     for start in range(0, flat_targets.shape[0], chunk):
-        part = (flat_hidden[start : start + chunk], flat_targets[start : start + chunk])
-        if torch.is_grad_enabled():
-            lp, ent = torch.utils.checkpoint.checkpoint(
-                _chunk_logprobs, head, *part, temperature, with_entropy, use_reentrant=False
-            )
-        else:
-            lp, ent = _chunk_logprobs(head, *part, temperature, with_entropy)
+        part = (flat_hidden[start : start + chunk], head.weight, head.bias, flat_targets[start : start + chunk])
+        lp, ent = _HeadLogprobs.apply(*part, temperature, with_entropy)
         chosen.append(lp)
         entropy.append(ent)
 

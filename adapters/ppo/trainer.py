@@ -42,7 +42,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from searchenv.adapters.ppo.batch import Batch, ValueModel, collate, token_logprobs
+from searchenv.adapters.ppo.batch import Batch, ValueModel, collate, split_micro_batches, token_logprobs
 from searchenv.adapters.ppo.config import ALGORITHMS, Algorithm, PPOConfig
 from searchenv.adapters.ppo.losses import (
     explained_variance,
@@ -363,7 +363,7 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 if self.critic is not None:
                     self.critic_optimizer.zero_grad(set_to_none=True)
-                for micro in rows.split(cfg.micro_batch_size):
+                for micro in split_micro_batches(batch, rows, cfg.micro_batch_size):
                     mb = batch.select(micro)
                     # Weight each micro-batch by its share of model tokens: the sum is the mini-batch token mean.
                     weight = mb.loss_mask.sum() / mini_tokens

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from searchenv.adapters.ppo.batch import collate, token_logprobs
+from searchenv.adapters.ppo.batch import collate, split_micro_batches, token_logprobs
 from searchenv.adapters.sft.demonstrations import Demonstration
 from searchenv.protocol import Protocol
 from searchenv.rollout import save_checkpoint
@@ -175,8 +175,8 @@ class SFTTrainer:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = 0.0
-        for start in range(0, cfg.batch_size, cfg.micro_batch_size):
-            micro = batch.select(slice(start, start + cfg.micro_batch_size))
+        for rows in split_micro_batches(batch, torch.arange(cfg.batch_size), cfg.micro_batch_size):
+            micro = batch.select(rows)
             device = micro.input_ids.device.type
             with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=cfg.bf16):
                 logprobs = token_logprobs(self.model, micro)
