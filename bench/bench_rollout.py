@@ -288,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     rates = [float(g) for g in args.gen_tps.split(",")]
     engines = [e for e in args.engines.split(",") if e]
     dataset = questions_of(args.corpus, args.questions)
+    load_at_start = os.getloadavg()
 
     say(f"loading the environment (questions: {dataset}; native BM25) ...")
     bm25 = SearchQAEnv(dataset=dataset, corpus=args.corpus)
@@ -338,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             server.wait()
         tmp.cleanup()
 
+    loads = " / ".join(" ".join(f"{x:.1f}" for x in load) for load in (load_at_start, os.getloadavg()))
+    print(f"\nload average at the start / end: {loads}")  # the merge's speed-up depends on it (docs/benchmarks.md)
     print(f"\nT = {args.tokens_per_turn} tokens per turn; share = (E + R) / (E + R + T·B/G)\n")
     head = "| engine | B | E env ms/turn | R retrieval ms/turn | E answer turn ms |"
     head += "".join(f" share @ G={g:g} tok/s |" for g in rates)
