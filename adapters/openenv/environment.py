@@ -78,9 +78,9 @@ class SearchQATasks:
             if split not in self._envs:
                 import gymnasium as gym
 
-                import searchenv
+                from searchenv.registration import ENV_ID
 
-                self._envs[split] = gym.make(searchenv.ENV_ID, **self.env_kwargs, split=split).unwrapped
+                self._envs[split] = gym.make(ENV_ID, **self.env_kwargs, split=split).unwrapped
             return self._envs[split]
 
     def task(self, split: str, index: int) -> dict[str, Any]:
@@ -263,13 +263,13 @@ class SearchQAEnvironment(Environment[SearchAction, SearchObservation, SearchSta
 
     def get_metadata(self) -> EnvironmentMetadata:
         """The name, description and version the server publishes at ``/metadata``."""
-        import searchenv
+        from searchenv import __version__
 
         return EnvironmentMetadata(
             name="searchqa",
             description="Answer a question by searching (Search-R1 protocol and successors): "
             f"dataset {self.tasks.env_kwargs.get('dataset', 'world')!r}, splits {list(self.tasks.splits)}",
-            version=searchenv.__version__,
+            version=__version__,
         )
 
     def close(self) -> None:

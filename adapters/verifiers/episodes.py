@@ -36,9 +36,9 @@ def base_env(options: Mapping[str, Any]) -> SearchQAEnv:
         if key not in _ENVS:
             import gymnasium as gym
 
-            import searchenv
+            from searchenv.registration import ENV_ID
 
-            env = gym.make(searchenv.ENV_ID, **options).unwrapped
+            env = gym.make(ENV_ID, **options).unwrapped
             check_tool_protocol(env, answer_tool=False)
             _ENVS[key] = env
         return _ENVS[key]
