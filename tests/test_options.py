@@ -18,6 +18,7 @@ LIBRARY = [REPO / "searchenv", REPO / "retrievers", REPO / "reward_specs", REPO 
 # Command modules outside searchenv/cli that may read the shared groups: the trainers' parsers (kept beside their
 # loops), and the `python -m` addresses that only hand over to the command line.
 COMMAND_MODULES = {
+    "adapters/openenv/serve.py",
     "adapters/ppo/train.py",
     "adapters/sft/train.py",
     "adapters/trl/train.py",

@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from searchenv.adapters.openenv.defaults import DEFAULT_MAX_SESSIONS
 from searchenv.adapters.openenv.environment import SearchQAEnvironment, SearchQATasks
 from searchenv.adapters.openenv.models import SearchAction, SearchObservation, SearchState
-from searchenv.adapters.openenv.serve import DEFAULT_MAX_SESSIONS
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

@@ -10,12 +10,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from searchenv.adapters.openenv.defaults import DEFAULT_MAX_SESSIONS
 from searchenv.cli.arguments import add_env_arguments, env_kwargs, positive_int
 
-__all__ = ["DEFAULT_MAX_SESSIONS", "add_parser", "run_openenv_serve"]
-
-#: Concurrent sessions one server holds by default (OpenEnv's ``max_concurrent_envs``).
-DEFAULT_MAX_SESSIONS = 64
+__all__ = ["add_parser", "run_openenv_serve"]
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -84,6 +84,8 @@ def search_failed(record: Mapping[str, Any]) -> bool:
 def _pass_at_k(records: Sequence[Mapping[str, Any]]) -> tuple[int | None, float | None]:
     """``(k, pass@k)``: the most samples drawn for one question and the share of questions with some sample
     right (EM 1); ``(None, None)`` when each question was played once (pass@1 is the EM column)."""
+    if not any(r.get("sample") for r in records):  # one sample a question (records older than samples included)
+        return None, None
     by_question: dict[str, list[float]] = defaultdict(list)
     for r in records:
         by_question[r["id"]].append(float(r["em"]))
