@@ -327,6 +327,22 @@ def test_a_shared_prompt_runs_once_with_the_logprobs_and_gradients_of_separate_p
         assert torch.allclose(got, want, atol=1e-3 * max(1.0, float(want.abs().max())))
 
 
+def test_micro_batches_take_the_order_that_runs_fewer_token_positions():
+    """Short prompts and responses of very different lengths: rows by length (less padding) beat groups kept
+    together; long prompts and similar responses: the group order (each prompt once) wins."""
+    from searchenv.tokenization import TokenizedEpisode
+
+    def rows_of(prompts: list[list[int]], lengths: list[int]) -> list[list[int]]:
+        episodes = [TokenizedEpisode(p, [7] * n, [1] * n) for p, n in zip(prompts, lengths)]
+        batch = collate(episodes, [0.0] * len(episodes), 0)
+        return [part.tolist() for part in split_micro_batches(batch, torch.arange(len(episodes)), 2)]
+
+    short = [[1, 2], [1, 2], [3, 4], [3, 4]]
+    assert rows_of(short, [1, 50, 2, 60]) == [[0, 2], [1, 3]]  # by length: 2·2 + 2·60 (+ 4 prompt tokens a part)
+    long = [[1] * 40, [1] * 40, [2] * 40, [2] * 40]
+    assert rows_of(long, [10, 12, 11, 13]) == [[0, 1], [2, 3]]  # by group: one prompt a part
+
+
 def test_micro_batches_keep_groups_together_and_drop_only_columns_every_row_pads(policy):
     """Rows sharing a prompt go to one micro-batch, shortest response first; a micro-batch whose rows all pad a
     column (a shorter prompt, shorter responses than the batch's longest) gives the log-probabilities the whole

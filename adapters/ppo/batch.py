@@ -80,19 +80,29 @@ def collate(episodes: Sequence[TokenizedEpisode], rewards: Sequence[float], pad_
 
 
 def split_micro_batches(batch: Batch, rows: torch.Tensor, size: int) -> list[torch.Tensor]:
-    """``rows`` of ``batch`` split into micro-batches of ``size`` rows: rows that share a prompt side by side (a
-    GRPO group), groups in order of their longest response and each group's rows by response length. A micro-batch
-    then runs as few distinct prompts (:func:`response_hidden` runs each once) and as little padding (it drops the
-    columns every row pads) as the split allows. A mini-batch's gradient is the sum of its micro-batches', so the
-    grouping changes no result beyond float rounding."""
+    """``rows`` of ``batch`` split into micro-batches of ``size`` rows, in the cheaper of two orders: rows that share
+    a prompt side by side (a GRPO group; :func:`response_hidden` runs each distinct prompt of a micro-batch once),
+    or every row by response length (each micro-batch pads its responses to its longest, and drops the columns all
+    its rows pad). The cost counted is the token positions the passes run: rows times the longest response, plus
+    each distinct prompt once. A mini-batch's gradient is the sum of its micro-batches', so the order changes no
+    result beyond float rounding."""
     width = batch.prompt_width
-    lengths = batch.response_mask.sum(-1).tolist()
-    groups: dict[tuple[int, ...], list[int]] = {}
+    lengths = batch.response_mask.sum(-1).long().tolist()
+    prompt_of = {}
     for row in rows.tolist():
-        prompt = batch.input_ids[row, :width][batch.attention_mask[row, :width].bool()]
-        groups.setdefault(tuple(prompt.tolist()), []).append(row)
+        prompt_of[row] = tuple(batch.input_ids[row, :width][batch.attention_mask[row, :width].bool()].tolist())
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for row, prompt in prompt_of.items():
+        groups.setdefault(prompt, []).append(row)
     ordered = sorted(groups.values(), key=lambda group: max(lengths[r] for r in group))
-    order = [row for group in ordered for row in sorted(group, key=lengths.__getitem__)]
+    by_group = [row for group in ordered for row in sorted(group, key=lengths.__getitem__)]
+    by_length = sorted(prompt_of, key=lambda r: (lengths[r], prompt_of[r]))
+
+    def positions(order: list[int]) -> int:
+        parts = [order[i : i + size] for i in range(0, len(order), size)]
+        return sum(len(p) * max(lengths[r] for r in p) + sum(map(len, {prompt_of[r] for r in p})) for p in parts)
+
+    order = min(by_group, by_length, key=positions)
     return list(torch.tensor(order, dtype=torch.long).split(size))
 
 
