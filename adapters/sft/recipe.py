@@ -25,7 +25,7 @@ LEARN_ENV: dict[str, Any] = {
 #: The warm start's own defaults (:class:`~searchenv.adapters.sft.trainer.SFTConfig` fields and sources); bf16
 #: autocast takes about a third of a float32 step's time on a CPU with AMX units. Micro-batches of 2 (the same
 #: gradient as one pass over 8): the activations the 16 trained layers keep for the backward pass grow with the
-#: micro-batch: 8.5 GB for a run at 8, 5.6 GB at 2, of which the steps need 3.4 (docs/benchmarks.md).
+#: micro-batch: 8.5 GB for a run at 8, 6.0 GB at 2, of which the steps need 3.4 (docs/benchmarks.md).
 SFT_RECIPE: dict[str, Any] = {
     "max_hops": 2,
     "validation": 64,
