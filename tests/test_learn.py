@@ -124,7 +124,7 @@ def test_the_learning_run_is_one_command_of_named_stages(tmp_path, capsys):
     out = capsys.readouterr().out
     stages = [line[2:].split(":")[0] for line in out.splitlines() if line.startswith("# ")]
     assert stages == ["sft", "worlds", "worlds", "rl", "rl", "rl2", *["eval"] * 3, *["pass4"] * 3, "evidence"]
-    assert "# rl: placebo\n" in out and "# rl: rl_seed1\n" in out and "# eval: eval-world-seed2\n" in out
+    assert "# rl: placebo\n" in out and "# rl2: rl_seed1\n" in out and "# eval: eval-world-seed2\n" in out
     assert "--retriever random" not in out and "--no-demonstration" in out and "--split test" not in out
     assert out.count("train-ppo --model") == 3 and out.count("--placebo") == 1 and "--validation 64" in out
     assert out.count("--keep-best") == 3 and "placebo=" in out and "rag,rag_trained" in out
