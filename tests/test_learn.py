@@ -141,6 +141,13 @@ def test_the_learning_run_refuses_a_file_as_its_folder_and_no_threads(tmp_path, 
     with pytest.raises(SystemExit):
         main(["learn", "--threads", "0", "--dry-run"])
     assert "expected a positive integer" in capsys.readouterr().err
+    assert main(["learn", "--device", "tpu", "--dry-run"]) == 2
+    assert "choose 'cpu' or 'cuda'" in capsys.readouterr().err
+    assert main(["learn", "--model", str(tmp_path / "missing"), "--dry-run"]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["learn", "--rl-minutes", "-1", "--dry-run"])
+    assert "expected a number >= 0" in capsys.readouterr().err
 
 
 @pytest.mark.slow
