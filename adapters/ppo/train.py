@@ -430,10 +430,11 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
 def replay_demonstrations(config: Any, env_settings: Mapping[str, Any], tokenizer: Any) -> list[Any]:
     """The scripted demonstrator's episodes that expert iteration replays: the warm start's kind (train questions of
     at most ``config.replay_max_hops`` hops, the validation questions left out), tokenized by the rollouts' path;
-    16 per replayed slot and at least 64, so that building them costs seconds, not a pass over every question."""
+    16 per replayed slot and at least 64, so that building them costs seconds, not a pass over every question.
+    Each is checked against the episode's token cap, as the warm start checks its own."""
     from searchenv.adapters.sft.demonstrations import world_demonstrations
+    from searchenv.adapters.sft.trainer import SFTConfig, tokenize_demonstrations
     from searchenv.protocol import get_protocol
-    from searchenv.tokenization import tokenize_segments
 
     found, _ = world_demonstrations(
         dict(env_settings),
@@ -443,10 +444,8 @@ def replay_demonstrations(config: Any, env_settings: Mapping[str, Any], tokenize
     )
     if not found:
         raise ValueError("--replay found no demonstrations to replay (the scripted demonstrator needs the world)")
-    protocol = get_protocol(env_settings["protocol"])
-    return [
-        tokenize_segments(d.prompt, d.segments, protocol, tokenizer, chat_template=config.chat_template) for d in found
-    ]
+    reading = SFTConfig(chat_template=config.chat_template, max_tokens=config.max_total_tokens)
+    return tokenize_demonstrations(found, tokenizer, get_protocol(env_settings["protocol"]), reading)
 
 
 def _train(args: argparse.Namespace) -> int:
