@@ -17,6 +17,7 @@ trl = pytest.importorskip("trl")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("openenv")
 
+from tiny_models import tiny_qwen2
 from trl.chat_template_utils import qwen2_5_chat_template  # noqa: E402
 
 from searchenv.adapters.openenv.trl import OpenEnvSearchTools, OpenEnvToolFactory  # noqa: E402
@@ -86,19 +87,7 @@ def test_grpo_step_takes_the_servers_reward_for_gold_and_wrong_answers(server, t
         pad = tokenizer.convert_tokens_to_ids("<|im_end|>")
         return torch.cat([input_ids, torch.tensor([r + [pad] * (width - len(r)) for r in rows])], dim=1)
 
-    torch.manual_seed(0)
-    config = transformers.Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=32768,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-    )
-    model = transformers.Qwen2ForCausalLM(config)
+    model = tiny_qwen2(tokenizer)
     model.generate = generate
     factory = OpenEnvToolFactory(server)
     trainer = trl.GRPOTrainer(

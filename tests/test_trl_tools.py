@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
 transformers = pytest.importorskip("transformers")
 
+from tiny_models import tiny_qwen2
 from trl.chat_template_utils import qwen2_5_chat_template
 
 from searchenv.adapters.trl.tools import (
@@ -65,19 +66,7 @@ def _scripted_generate(tokenizer, script):
 
 
 def _trainer(tokenizer, tmp_path, factory, script, reward_funcs=(episode_reward,)):
-    torch.manual_seed(0)
-    config = transformers.Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=32768,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-    )
-    model = transformers.Qwen2ForCausalLM(config)
+    model = tiny_qwen2(tokenizer)
     model.generate = _scripted_generate(tokenizer, script)
     args = trl.GRPOConfig(
         output_dir=str(tmp_path),
