@@ -12,7 +12,7 @@ __all__ = ["EVAL_SETTINGS", "GPU_RL", "GPU_EVAL", "HELD_OUT_WORLDS", "RL_RECIPE"
 
 #: The reinforcement stage (``searchenv train-ppo`` options) from the warm start: **expert iteration** (sample
 #: groups of 8 at T = 1; from every group whose rewards differ, fine-tune on the episodes that answered right,
-#: with 4 of the warm start's own demonstrations replayed per update so one- and two-hop skills are not forgotten),
+#: with 4 of the warm start's own demonstrations replayed per update so what it imitated is not forgotten),
 #: questions drawn by their estimated success variance under the current policy and rounds refilled until 3 groups
 #: per step carry a signal (a warm start solves most one-hop questions every time and most four-hop ones never), EM,
 #: the warm start's 16 trainable layers, bf16 (rollouts from a bf16 copy of the weights, updates under autocast: on
@@ -28,7 +28,6 @@ RL_RECIPE: dict[str, Any] = {
     "informative_groups": 3,
     "max_rounds": 2,
     "replay": 4,
-    "replay_max_hops": SFT_RECIPE["max_hops"],
     "mini_batch_size": 64,  # every kept episode in one optimizer step
     "micro_batch_size": 8,
     "lr": 1e-4,

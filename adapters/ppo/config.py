@@ -51,7 +51,7 @@ class PPOConfig:
     max_rounds: int = 3  # with informative_groups: rounds of prompts_per_step questions a step may play at most
     placebo: bool = False  # the control: each group's rewards shuffled among its episodes before anything uses them
     replay: int = 0  # expert-iteration: warm-start demonstrations replayed in every update (forgetting guard)
-    replay_max_hops: int = 2  # the demonstrations replayed: questions of at most this many hops (the warm start's)
+    replay_max_hops: int = 0  # the demonstrations replayed: questions of at most this many hops; 0: any
     keep_best: bool = False  # with validation: save the checkpoint of the best validation EM as output_dir/best
     time_limit: float = 0.0  # seconds > 0: stop after the first step that ends past it (validated and saved as usual)
     trainable_layers: int = 0  # N > 0: train only the top N decoder layers and the final norm; 0: every weight

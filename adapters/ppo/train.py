@@ -209,7 +209,7 @@ ALGORITHM_HELP: dict[str, str] = {
     "happen, without the information of which episode was right)",
     "replay": "expert-iteration: warm-start demonstrations (the scripted demonstrator's, train questions) replayed "
     "in every update",
-    "replay_max_hops": "with --replay: replay demonstrations of questions of at most this many hops",
+    "replay_max_hops": "with --replay: replay demonstrations of questions of at most this many hops (0: any)",
     "time_limit": "seconds > 0: stop after the first step that ends past this budget (validated and saved as after "
     "the last step); 0: no limit",
     "keep_best": "with --validation: save the checkpoint of the best validation EM as OUTPUT/best (the start included)",
@@ -438,7 +438,7 @@ def replay_demonstrations(config: Any, env_settings: Mapping[str, Any], tokenize
 
     found, _ = world_demonstrations(
         dict(env_settings),
-        max_hops=config.replay_max_hops,
+        max_hops=config.replay_max_hops or None,
         held_out=config.validation,
         limit=max(64, 16 * config.replay),
     )
