@@ -256,7 +256,15 @@ def test_play_at_a_terminal_shows_status_and_exits_130_on_ctrl_c():
         status_line = b"action 2 of 3 | searches so far: 1]"
         _read_until(fd, status_line, seen)
         _read_until(fd, b"action> ", seen, after=seen.find(status_line))  # the second prompt, not the first one again
-        os.write(fd, b"\x03")  # Ctrl-C: the terminal sends SIGINT
+        # Ctrl-C: the terminal sends SIGINT. One written in the instant the prompt appears is sometimes lost while
+        # readline sets the terminal up (6 of 10 runs at load 2; a person's keypress comes later): send it again.
+        for _ in range(10):
+            os.write(fd, b"\x03")
+            try:
+                _read_until(fd, b"interrupted", seen, timeout=3.0)
+                break
+            except AssertionError:
+                continue
         _read_until(fd, b"interrupted", seen)
     finally:
         # After a failed check the child may still wait for input: stop it rather than wait for it forever.
