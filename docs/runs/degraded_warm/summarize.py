@@ -7,8 +7,8 @@ learn``'s ``sft/final``) with the learning recipe's GRPO settings and one retrie
 questions, played greedily every 10 steps with the retriever the run trained with. "Steps with an update" counts the
 steps that had a group whose rewards were not all equal (GRPO leaves all-equal groups out)::
 
-    python docs/runs/degraded_warm/summarize.py bm25=docs/runs/learns/rl.jsonl \\
-        random=docs/runs/learns/rl_random.jsonl empty=docs/runs/degraded_warm/empty.jsonl \\
+    python docs/runs/degraded_warm/summarize.py bm25=docs/runs/learns_issue33/rl.jsonl \\
+        random=docs/runs/learns_issue33/rl_random.jsonl empty=docs/runs/degraded_warm/empty.jsonl \\
         noisy=docs/runs/degraded_warm/noisy.jsonl \\
         --plot docs/img/degraded_warm_study.png > docs/runs/degraded_warm/table.md
 """
