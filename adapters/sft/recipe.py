@@ -26,9 +26,9 @@ LEARN_ENV: dict[str, Any] = {
 #: autocast takes about a third of a float32 step's time on a CPU with AMX units. Micro-batches of 2 (the same
 #: gradient as one pass over 8): the activations the 16 trained layers keep for the backward pass grow with the
 #: micro-batch: 8.5 GB for a run at 8, 6.0 GB at 2, of which the steps need 3.4 (docs/benchmarks.md).
-#: Every hop count is demonstrated: a warm start shown only one- and two-hop questions searched exactly twice (or
-#: once) in 160 of 160 episodes sampled at T = 1 on three- and four-hop train questions, so no reward could ever
-#: reach a third search (docs/experiments.md).
+#: Every hop count is demonstrated: a warm start shown only one- and two-hop questions searched a third time in 0 of
+#: 320 episodes sampled at T = 1 on three- and four-hop train questions, so no reward could ever reach a third
+#: search (docs/runs/two_hop_warm_start/).
 SFT_RECIPE: dict[str, Any] = {
     "validation": 64,
     "steps": 40,
