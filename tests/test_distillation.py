@@ -262,3 +262,12 @@ def test_train_sft_help_names_the_distillation_workflow(capsys):
     assert "Distillation: evaluate a teacher on training questions (searchenv eval --split train" in said
     assert "docs/evaluation.md ('Distillation') has the workflow, the record format" in said
     assert "--max-tokens" in said
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_a_hop_cap_below_one_is_refused_before_anything_runs(tmp_path, capsys, value):
+    with pytest.raises(SystemExit) as exited:
+        main(["train-sft", "--max-hops", value, "--output-dir", str(tmp_path / "out")])
+    assert exited.value.code == 2
+    assert "--max-hops" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

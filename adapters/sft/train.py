@@ -23,6 +23,7 @@ from typing import Any
 from searchenv.adapters.sft.recipe import LEARN_ENV, SFT_RECIPE
 from searchenv.cli.options import add_sampling_arguments, chat_template
 from searchenv.cli.parsers import CommandParser
+from searchenv.cli.values import positive_int
 
 __all__ = ["LEARN_ENV", "SFT_RECIPE", "add_parser", "build_parser", "main", "run"]
 
@@ -60,7 +61,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="play the scripted demonstrator on the world's train questions (--dataset must be the world)",
     )
-    sources.add_argument("--max-hops", type=int, default=None, help="demonstrate questions of at most N hops")
+    sources.add_argument(
+        "--max-hops", type=positive_int, default=None, help="demonstrate questions of at most N hops (default: any)"
+    )
     sources.add_argument(
         "--validation",
         type=int,
